@@ -1,0 +1,27 @@
+//! cairn's on-disk format, version 1: every structure's layout, its codec, and the checks that
+//! make metadata self-describing. The byte-level specification is `docs/format.md`.
+//!
+//! Owns: the encoding of every on-disk structure, CRC32C stamping and verification, geometry
+//! validation and address arithmetic.
+//! Invariants:
+//! - all integers are little-endian at fixed byte offsets; nothing is transmuted;
+//! - decoding validates untrusted fields before any arithmetic uses them and never panics;
+//! - every metadata block starts with `MetaHeader` (magic, CRC32C, own block, UUID, owner,
+//!   LSN); `verify_header` checks them in that order, `stamp` sets LSN and CRC last.
+
+mod error;
+pub mod geometry;
+pub mod header;
+pub mod limits;
+pub mod ondisk;
+pub mod superblock;
+pub mod types;
+
+pub use error::FormatError;
+pub use geometry::Geometry;
+pub use header::{
+    Expected, HEADER_SIZE, MetaHeader, MetaKind, block_crc, block_lsn, stamp, verify_header,
+};
+pub use ondisk::OnDisk;
+pub use superblock::Superblock;
+pub use types::{AgBlock, AgNumber, FsBlock, InodeNumber, Lsn};

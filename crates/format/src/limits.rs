@@ -1,0 +1,65 @@
+//! Every named limit of the v1 format.
+
+/// Smallest and largest filesystem block size.
+pub const BLOCK_SIZE_MIN: u32 = 512;
+pub const BLOCK_SIZE_MAX: u32 = 65536;
+pub const BLOCK_SIZE_DEFAULT: u32 = 4096;
+
+/// Sector sizes the format accepts (the device's logical sector size).
+pub const SECTOR_SIZE_MIN: u32 = 512;
+pub const SECTOR_SIZE_MAX: u32 = 4096;
+
+/// Inode sizes: power of two, at most one block.
+pub const INODE_SIZE_MIN: u32 = 256;
+pub const INODE_SIZE_MAX: u32 = 2048;
+pub const INODE_SIZE_DEFAULT: u32 = 512;
+
+/// Inodes are allocated in chunks of this many, tracked by one inode-tree record.
+pub const INODES_PER_CHUNK: u32 = 64;
+
+/// Allocation group size bounds, in blocks. The lower bound keeps room for the headers, the
+/// initial tree roots and a useful amount of free space; the upper bound keeps AG block
+/// numbers in 31 bits so a `u32` never overflows in `agbno + len`.
+pub const AG_BLOCKS_MIN: u32 = 64;
+pub const AG_BLOCKS_MAX: u32 = 1 << 31;
+/// Maximum number of allocation groups.
+pub const AG_COUNT_MAX: u32 = 1 << 20;
+
+/// Static blocks at the start of every AG: superblock copy, free-space header (AGF), inode
+/// header (AGI), AG free list (AGFL).
+pub const AG_SUPERBLOCK: u32 = 0;
+pub const AG_AGF_BLOCK: u32 = 1;
+pub const AG_AGI_BLOCK: u32 = 2;
+pub const AG_AGFL_BLOCK: u32 = 3;
+/// Roots of the per-AG trees created by mkfs: free space by block, free space by length, inode
+/// chunks, chunks with free inodes.
+pub const AG_BNO_ROOT: u32 = 4;
+pub const AG_CNT_ROOT: u32 = 5;
+pub const AG_INO_ROOT: u32 = 6;
+pub const AG_FINO_ROOT: u32 = 7;
+/// First block of an AG that mkfs leaves to the allocator.
+pub const AG_FIRST_FREE: u32 = 8;
+
+/// Log size bounds in blocks, and the default fraction of the filesystem used by the log.
+pub const LOG_BLOCKS_MIN: u32 = 64;
+pub const LOG_BYTES_MAX: u64 = 2 << 30;
+pub const LOG_BYTES_MIN: u64 = 512 * 1024;
+
+/// Longest file name in bytes.
+pub const NAME_LEN_MAX: usize = 255;
+/// Longest label in bytes.
+pub const LABEL_LEN_MAX: usize = 32;
+/// Longest symlink target in bytes.
+pub const SYMLINK_LEN_MAX: usize = 4096;
+/// Longest extended attribute name and value in bytes.
+pub const XATTR_NAME_LEN_MAX: usize = 255;
+pub const XATTR_VALUE_LEN_MAX: usize = 65536;
+
+/// Number of buckets of the per-AG unlinked-inode hash in the AGI.
+pub const AGI_UNLINKED_BUCKETS: usize = 64;
+
+/// Largest length of one extent record, in blocks (21 bits).
+pub const EXTENT_LEN_MAX: u32 = (1 << 21) - 1;
+/// Largest logical file block (54 bits) and physical block (52 bits) an extent can address.
+pub const FILE_BLOCK_MAX: u64 = (1 << 54) - 1;
+pub const FS_BLOCK_MAX: u64 = (1 << 52) - 1;

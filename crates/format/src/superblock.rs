@@ -1,0 +1,213 @@
+//! The superblock: filesystem geometry, features and summary counters. The primary copy is
+//! block 0 of AG 0; every AG starts with a copy (owner = AG number, blkno = its own block).
+//!
+//! Layout after the 48-byte header (little-endian):
+//!
+//! | offset | size | field               |
+//! |--------|------|---------------------|
+//! | 48     | 4    | version (1)         |
+//! | 52     | 4    | block_size          |
+//! | 56     | 4    | sector_size         |
+//! | 60     | 4    | inode_size          |
+//! | 64     | 8    | block_count         |
+//! | 72     | 4    | ag_blocks           |
+//! | 76     | 4    | ag_count            |
+//! | 80     | 8    | log_start (FsBlock) |
+//! | 88     | 4    | log_blocks          |
+//! | 92     | 4    | reserved (zero)     |
+//! | 96     | 8    | features_compat     |
+//! | 104    | 8    | features_ro_compat  |
+//! | 112    | 8    | features_incompat   |
+//! | 120    | 8    | root_inode          |
+//! | 128    | 8    | free_blocks         |
+//! | 136    | 8    | inode_count         |
+//! | 144    | 8    | free_inodes         |
+//! | 152    | 32   | label (NUL padded)  |
+//! | 184    | 8    | created (unix s)    |
+//! | 192    | 4    | default extent size hint (blocks, 0 = none) |
+//! | 196    | 60   | reserved (zero)     |
+
+use crate::FormatError;
+use crate::geometry::Geometry;
+use crate::header::{Expected, HEADER_SIZE, MetaHeader, MetaKind, verify_header};
+use crate::limits::LABEL_LEN_MAX;
+use crate::ondisk::{
+    OnDisk, get_bytes, get_i64, get_u32, get_u64, need, put_bytes, put_i64, put_u32, put_u64,
+};
+
+pub const FORMAT_VERSION: u32 = 1;
+/// Feature bits this build understands. Unknown incompat bits refuse the mount; unknown
+/// ro-compat bits allow only a read-only mount; unknown compat bits are ignored.
+pub const FEATURES_INCOMPAT_KNOWN: u64 = 0;
+pub const FEATURES_RO_COMPAT_KNOWN: u64 = 0;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Superblock {
+    pub header: MetaHeader,
+    pub geometry: Geometry,
+    pub features_compat: u64,
+    pub features_ro_compat: u64,
+    pub features_incompat: u64,
+    pub root_inode: u64,
+    pub free_blocks: u64,
+    pub inode_count: u64,
+    pub free_inodes: u64,
+    pub label: [u8; LABEL_LEN_MAX],
+    pub created_secs: i64,
+    pub extent_size_hint: u32,
+}
+
+impl Superblock {
+    pub fn uuid(&self) -> [u8; 16] {
+        self.header.uuid
+    }
+
+    /// The label as text, up to its first NUL.
+    pub fn label_str(&self) -> String {
+        let end = self
+            .label
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(LABEL_LEN_MAX);
+        String::from_utf8_lossy(&self.label[..end]).into_owned()
+    }
+
+    /// Ro-compat features this build does not know; non-zero means mount read-only.
+    pub fn unknown_ro_compat(&self) -> u64 {
+        self.features_ro_compat & !FEATURES_RO_COMPAT_KNOWN
+    }
+
+    /// The copy of this superblock that lives at the start of AG `ag`.
+    pub fn copy_for_ag(&self, ag: u32) -> Superblock {
+        let mut copy = self.clone();
+        copy.header.blkno = self.geometry.ag_start(ag);
+        copy.header.owner = u64::from(ag);
+        copy
+    }
+
+    /// Verifies and decodes the primary superblock (block 0), whose UUID is not known yet: the
+    /// UUID is taken from the block itself after magic and CRC have passed.
+    pub fn read_primary(block: &[u8]) -> Result<Superblock, FormatError> {
+        need(MetaKind::Superblock.name(), block, HEADER_SIZE)?;
+        let uuid = MetaHeader::decode(block)?.uuid;
+        let expected = Expected {
+            kind: MetaKind::Superblock,
+            blkno: 0,
+            uuid,
+            owner: Some(0),
+        };
+        Self::read(block, &expected)
+    }
+
+    /// Verifies the header against `expected`, then decodes and validates the body.
+    pub fn read(block: &[u8], expected: &Expected) -> Result<Superblock, FormatError> {
+        verify_header(block, expected)?;
+        let sb = Self::decode(block)?;
+        let block_size = sb.geometry.block_size as usize;
+        if block.len() != block_size && expected.blkno == 0 && block.len() < block_size {
+            // The primary superblock may be read with a short, sector-sized buffer before the
+            // block size is known; the CRC then covers only what was read, which cannot match.
+            return Err(FormatError::TooShort {
+                structure: MetaKind::Superblock.name(),
+                needed: block_size,
+                found: block.len(),
+            });
+        }
+        Ok(sb)
+    }
+}
+
+impl OnDisk for Superblock {
+    const SIZE: usize = 256;
+    const NAME: &'static str = "superblock";
+
+    fn encode(&self, out: &mut [u8]) {
+        let g = &self.geometry;
+        self.header.encode(out);
+        put_u32(out, 48, FORMAT_VERSION);
+        put_u32(out, 52, g.block_size);
+        put_u32(out, 56, g.sector_size);
+        put_u32(out, 60, g.inode_size);
+        put_u64(out, 64, g.block_count);
+        put_u32(out, 72, g.ag_blocks);
+        put_u32(out, 76, g.ag_count);
+        put_u64(out, 80, g.log_start);
+        put_u32(out, 88, g.log_blocks);
+        put_u32(out, 92, 0);
+        put_u64(out, 96, self.features_compat);
+        put_u64(out, 104, self.features_ro_compat);
+        put_u64(out, 112, self.features_incompat);
+        put_u64(out, 120, self.root_inode);
+        put_u64(out, 128, self.free_blocks);
+        put_u64(out, 136, self.inode_count);
+        put_u64(out, 144, self.free_inodes);
+        put_bytes(out, 152, &self.label);
+        put_i64(out, 184, self.created_secs);
+        put_u32(out, 192, self.extent_size_hint);
+        out[196..Self::SIZE].fill(0);
+    }
+
+    fn decode(raw: &[u8]) -> Result<Self, FormatError> {
+        need(Self::NAME, raw, Self::SIZE)?;
+        let header = MetaHeader::decode(raw)?;
+        let bad = |field, value: u64, why| FormatError::BadField {
+            structure: Self::NAME,
+            block: header.blkno,
+            field,
+            value,
+            why,
+        };
+        let version = get_u32(raw, 48);
+        if version != FORMAT_VERSION {
+            return Err(bad(
+                "version",
+                u64::from(version),
+                "unsupported format version",
+            ));
+        }
+        let features_incompat = get_u64(raw, 112);
+        let unknown = features_incompat & !FEATURES_INCOMPAT_KNOWN;
+        if unknown != 0 {
+            return Err(FormatError::UnsupportedFeatures {
+                structure: Self::NAME,
+                block: header.blkno,
+                features: unknown,
+            });
+        }
+        let geometry = Geometry::new(
+            get_u32(raw, 52),
+            get_u32(raw, 56),
+            get_u32(raw, 60),
+            get_u64(raw, 64),
+            get_u32(raw, 72),
+            get_u64(raw, 80),
+            get_u32(raw, 88),
+        )
+        .map_err(|(field, value, why)| bad(field, value, why))?;
+        if get_u32(raw, 76) != geometry.ag_count {
+            return Err(bad(
+                "ag_count",
+                u64::from(get_u32(raw, 76)),
+                "disagrees with block counts",
+            ));
+        }
+        let root_inode = get_u64(raw, 120);
+        if !geometry.inode_is_valid(root_inode) {
+            return Err(bad("root_inode", root_inode, "outside the filesystem"));
+        }
+        Ok(Self {
+            header,
+            geometry,
+            features_compat: get_u64(raw, 96),
+            features_ro_compat: get_u64(raw, 104),
+            features_incompat,
+            root_inode,
+            free_blocks: get_u64(raw, 128),
+            inode_count: get_u64(raw, 136),
+            free_inodes: get_u64(raw, 144),
+            label: get_bytes::<LABEL_LEN_MAX>(raw, 152),
+            created_secs: get_i64(raw, 184),
+            extent_size_hint: get_u32(raw, 192),
+        })
+    }
+}
