@@ -49,6 +49,11 @@ impl Geometry {
             INODE_SIZE_MIN,
             INODE_SIZE_MAX.min(block_size),
         )?;
+        if block_size / inode_size > INODES_PER_CHUNK {
+            // A chunk of inodes must fill whole blocks, so one block may not hold more inodes
+            // than a chunk does.
+            return Err(("inode_size", u64::from(inode_size), "too small for this block size"));
+        }
         if !(AG_BLOCKS_MIN..=AG_BLOCKS_MAX).contains(&ag_blocks) {
             return Err((
                 "ag_blocks",
@@ -137,6 +142,11 @@ impl Geometry {
 
     pub fn byte_offset(&self, block: FsBlock) -> u64 {
         block.0 * u64::from(self.block_size)
+    }
+
+    /// Blocks in one inode chunk (`INODES_PER_CHUNK` inodes).
+    pub fn chunk_blocks(&self) -> u32 {
+        INODES_PER_CHUNK >> self.inodes_per_block_log
     }
 
     pub fn inodes_per_block(&self) -> u32 {
