@@ -54,4 +54,10 @@ pub enum DeviceError {
 
     #[error("injected {op} error at offset {offset}")]
     Injected { op: &'static str, offset: u64 },
+
+    #[error("invalid device geometry: {reason}")]
+    Geometry { reason: String },
+
+    #[error("invalid crash point: {reason}")]
+    CrashPoint { reason: String },
 }

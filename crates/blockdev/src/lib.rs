@@ -9,9 +9,15 @@
 //! - short transfers are retried to completion or reported, never silently accepted.
 
 mod aligned;
+pub mod crash;
 mod device;
 mod error;
+mod fault;
+mod mem;
 
 pub use aligned::{AlignedBuf, BUFFER_ALIGN};
+pub use crash::{CrashPoint, LogOp, TornWrite, WriteExtent};
 pub use device::{BlockDevice, check_transfer};
 pub use error::DeviceError;
+pub use fault::MemStats;
+pub use mem::MemDevice;
