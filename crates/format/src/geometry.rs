@@ -52,7 +52,11 @@ impl Geometry {
         if block_size / inode_size > INODES_PER_CHUNK {
             // A chunk of inodes must fill whole blocks, so one block may not hold more inodes
             // than a chunk does.
-            return Err(("inode_size", u64::from(inode_size), "too small for this block size"));
+            return Err((
+                "inode_size",
+                u64::from(inode_size),
+                "too small for this block size",
+            ));
         }
         if !(AG_BLOCKS_MIN..=AG_BLOCKS_MAX).contains(&ag_blocks) {
             return Err((

@@ -9,6 +9,10 @@
 //! - every metadata block starts with `MetaHeader` (magic, CRC32C, own block, UUID, owner,
 //!   LSN); `verify_header` checks them in that order, `stamp` sets LSN and CRC last.
 
+pub mod agf;
+pub mod agfl;
+pub mod agi;
+pub mod btree_block;
 mod error;
 pub mod geometry;
 pub mod header;
@@ -17,6 +21,17 @@ pub mod ondisk;
 pub mod superblock;
 pub mod types;
 
+mod sizes;
+#[cfg(test)]
+mod testing;
+
+pub use agf::Agf;
+pub use agfl::{Agfl, agfl_capacity, agfl_entry, set_agfl_entry};
+pub use agi::Agi;
+pub use btree_block::{
+    BTREE_HEADER_SIZE, BnoKey, BtreeHeader, BtreeLayout, CntKey, FreeSpaceRecord, InoKey,
+    InodeRecord,
+};
 pub use error::FormatError;
 pub use geometry::Geometry;
 pub use header::{

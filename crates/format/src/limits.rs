@@ -63,3 +63,26 @@ pub const EXTENT_LEN_MAX: u32 = (1 << 21) - 1;
 /// Largest logical file block (54 bits) and physical block (52 bits) an extent can address.
 pub const FILE_BLOCK_MAX: u64 = (1 << 54) - 1;
 pub const FS_BLOCK_MAX: u64 = (1 << 52) - 1;
+
+/// Blocks at the start of every AG that are never allocated: superblock copy, AGF, AGI, AGFL.
+/// Every dynamically allocated AG block number is at least this.
+pub const AG_HEADER_BLOCKS: u32 = 4;
+
+/// Tallest B+tree of any kind, counted in levels (a tree whose root is a leaf has one level).
+/// With the smallest block (512 bytes) the narrowest node still holds 18 pointers when half
+/// full, and 18^11 exceeds every record count the format can describe, so 12 is never reached
+/// by a well-formed tree; anything taller is corruption.
+pub const BTREE_LEVELS_MAX: u32 = 12;
+
+/// Most directory entries an inline (short-form) directory may hold; the count field is a
+/// `u16` but the data fork of the largest inode holds far fewer.
+pub const DIR_INLINE_ENTRIES_MAX: usize = 2048;
+/// Directory data blocks live in the first `1 << DIR_DATA_BLOCK_BITS` logical blocks of a
+/// directory; a data address packs the block index above the entry offset (see `dir.rs`).
+pub const DIR_DATA_BLOCK_BITS: u32 = 19;
+
+/// Log items in one checkpoint are limited by the log size; one item's dirty regions are
+/// limited by the block size (at most one region per 8 bytes of the largest block).
+pub const LOG_ITEM_REGIONS_MAX: usize = (BLOCK_SIZE_MAX as usize) / 8;
+/// Extents one extent-free intent may carry.
+pub const LOG_INTENT_EXTENTS_MAX: usize = 64;

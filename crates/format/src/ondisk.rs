@@ -88,3 +88,29 @@ pub fn put_i64(out: &mut [u8], at: usize, v: i64) {
 pub fn put_bytes(out: &mut [u8], at: usize, v: &[u8]) {
     out[at..at + v.len()].copy_from_slice(v);
 }
+
+/// Builds the `BadField` error every codec reports for a rejected field.
+pub fn bad_field(
+    structure: &'static str,
+    block: u64,
+    field: &'static str,
+    value: u64,
+    why: &'static str,
+) -> FormatError {
+    FormatError::BadField {
+        structure,
+        block,
+        field,
+        value,
+        why,
+    }
+}
+
+/// Reads a byte at `at`. The caller has checked the length with `need`.
+pub fn get_u8(raw: &[u8], at: usize) -> u8 {
+    raw[at]
+}
+
+pub fn put_u8(out: &mut [u8], at: usize, v: u8) {
+    out[at] = v;
+}

@@ -64,3 +64,5 @@ impl Lsn {
 pub const NULL_BLOCK: u64 = u64::MAX;
 /// Marker for "no inode" in unlinked lists.
 pub const NULL_AG_INODE: u32 = u32::MAX;
+/// Marker for "no AG block" in AG free-list slots.
+pub const NULL_AG_BLOCK: u32 = u32::MAX;

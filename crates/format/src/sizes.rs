@@ -1,0 +1,20 @@
+//! Compile-time size checks of every fixed-size on-disk structure, in one place so a layout
+//! change cannot slip through unnoticed (each size also appears in `docs/format.md`).
+
+use crate::agf::Agf;
+use crate::agi::Agi;
+use crate::btree_block::{BnoKey, BtreeHeader, CntKey, FreeSpaceRecord, InoKey, InodeRecord};
+use crate::header::MetaHeader;
+use crate::ondisk::OnDisk;
+use crate::superblock::Superblock;
+
+const _: () = assert!(MetaHeader::SIZE == 48);
+const _: () = assert!(Superblock::SIZE == 256);
+const _: () = assert!(Agf::SIZE == 128);
+const _: () = assert!(Agi::SIZE == 384);
+const _: () = assert!(BtreeHeader::SIZE == 72);
+const _: () = assert!(FreeSpaceRecord::SIZE == 8);
+const _: () = assert!(BnoKey::SIZE == 4);
+const _: () = assert!(CntKey::SIZE == 8);
+const _: () = assert!(InodeRecord::SIZE == 16);
+const _: () = assert!(InoKey::SIZE == 4);
