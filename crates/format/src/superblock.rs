@@ -29,7 +29,7 @@
 
 use crate::FormatError;
 use crate::geometry::Geometry;
-use crate::header::{Expected, HEADER_SIZE, MetaHeader, MetaKind, verify_header};
+use crate::header::{Expected, MetaHeader, MetaKind, verify_header};
 use crate::limits::LABEL_LEN_MAX;
 use crate::ondisk::{
     OnDisk, get_bytes, get_i64, get_u32, get_u64, need, put_bytes, put_i64, put_u32, put_u64,
@@ -85,35 +85,37 @@ impl Superblock {
         copy
     }
 
-    /// Verifies and decodes the primary superblock (block 0), whose UUID is not known yet: the
-    /// UUID is taken from the block itself after magic and CRC have passed.
-    pub fn read_primary(block: &[u8]) -> Result<Superblock, FormatError> {
-        need(MetaKind::Superblock.name(), block, HEADER_SIZE)?;
-        let uuid = MetaHeader::decode(block)?.uuid;
+    /// Verifies and decodes the primary superblock from `head`, the first bytes of the device
+    /// (at least one block; the block size is not known before reading). The UUID is taken from
+    /// the block itself, and trusted only after magic and CRC have passed.
+    pub fn read_primary(head: &[u8]) -> Result<Superblock, FormatError> {
+        let unverified = Self::decode(head).map_err(|err| match MetaHeader::decode(head) {
+            // A wrong magic says more ("not a cairn filesystem") than a field check of garbage.
+            Ok(h) if h.magic != MetaKind::Superblock.magic() => FormatError::BadMagic {
+                structure: Self::NAME,
+                block: 0,
+                expected: MetaKind::Superblock.magic(),
+                found: h.magic,
+            },
+            _ => err,
+        })?;
+        let block_size = unverified.geometry.block_size as usize;
+        need(Self::NAME, head, block_size)?;
+        let uuid = unverified.header.uuid;
         let expected = Expected {
             kind: MetaKind::Superblock,
             blkno: 0,
             uuid,
             owner: Some(0),
         };
-        Self::read(block, &expected)
+        Self::read(&head[..block_size], &expected)
     }
 
-    /// Verifies the header against `expected`, then decodes and validates the body.
+    /// Verifies the header of one whole block against `expected`, then decodes and validates
+    /// the body.
     pub fn read(block: &[u8], expected: &Expected) -> Result<Superblock, FormatError> {
         verify_header(block, expected)?;
-        let sb = Self::decode(block)?;
-        let block_size = sb.geometry.block_size as usize;
-        if block.len() != block_size && expected.blkno == 0 && block.len() < block_size {
-            // The primary superblock may be read with a short, sector-sized buffer before the
-            // block size is known; the CRC then covers only what was read, which cannot match.
-            return Err(FormatError::TooShort {
-                structure: MetaKind::Superblock.name(),
-                needed: block_size,
-                found: block.len(),
-            });
-        }
-        Ok(sb)
+        Self::decode(block)
     }
 }
 
@@ -209,5 +211,70 @@ impl OnDisk for Superblock {
             created_secs: get_i64(raw, 184),
             extent_size_hint: get_u32(raw, 192),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::header::stamp;
+    use crate::types::Lsn;
+
+    fn sample_block() -> Vec<u8> {
+        let geometry = Geometry::new(4096, 512, 512, 262_144, 65_536, 16, 2048).unwrap();
+        let sb = Superblock {
+            header: MetaHeader::new(MetaKind::Superblock, 0, [5; 16], 0),
+            geometry,
+            features_compat: 1,
+            features_ro_compat: 0,
+            features_incompat: 0,
+            root_inode: geometry
+                .inode_number(crate::AgNumber(0), crate::AgBlock(16), 0)
+                .0,
+            free_blocks: 1000,
+            inode_count: 64,
+            free_inodes: 63,
+            label: [b'x'; LABEL_LEN_MAX],
+            created_secs: 1_700_000_000,
+            extent_size_hint: 16,
+        };
+        let mut block = vec![0u8; 8192];
+        sb.encode(&mut block);
+        stamp(&mut block[..4096], Some(Lsn::ZERO));
+        block
+    }
+
+    // Checks that the primary superblock is found in a head longer than one block.
+    #[test]
+    fn primary_reads_from_a_longer_head() {
+        let head = sample_block();
+        let sb = Superblock::read_primary(&head).unwrap();
+        assert_eq!(sb.geometry.block_size, 4096);
+        assert_eq!(sb.uuid(), [5; 16]);
+        assert_eq!(sb.label_str().len(), LABEL_LEN_MAX);
+        assert_eq!(sb.copy_for_ag(2).header.blkno, 131_072);
+    }
+
+    // Checks the errors for a flipped byte, a short head and something that is not cairn.
+    #[test]
+    fn primary_refusals() {
+        let mut head = sample_block();
+        head[300] ^= 1;
+        assert!(matches!(
+            Superblock::read_primary(&head),
+            Err(FormatError::BadCrc { .. })
+        ));
+        let head = sample_block();
+        assert!(matches!(
+            Superblock::read_primary(&head[..1024]),
+            Err(FormatError::TooShort { .. })
+        ));
+        let mut head = sample_block();
+        head[..4].copy_from_slice(b"XFSB");
+        assert!(matches!(
+            Superblock::read_primary(&head),
+            Err(FormatError::BadMagic { .. })
+        ));
+        assert!(Superblock::read_primary(&[0u8; 100]).is_err());
     }
 }
