@@ -31,7 +31,29 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
 
     /// Whether writes are refused.
     fn read_only(&self) -> bool;
+
+    /// Make a byte range read back as zeros. The default writes zeroed buffers; devices with
+    /// a cheaper way (hole punching, `BLKZEROOUT`) override it.
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        check_transfer(offset, len, self.logical_sector_size(), self.size_bytes())?;
+        let chunk_max = ZEROES_CHUNK_BYTES.max(u64::from(self.logical_sector_size()));
+        let zeroes = AlignedBuf::zeroed(chunk_max.min(len) as usize);
+        let mut done = 0;
+        while done < len {
+            let chunk = chunk_max.min(len - done);
+            if chunk == zeroes.len() as u64 {
+                self.write_at(offset + done, &zeroes)?;
+            } else {
+                self.write_at(offset + done, &AlignedBuf::zeroed(chunk as usize))?;
+            }
+            done += chunk;
+        }
+        Ok(())
+    }
 }
+
+/// Largest single write `write_zeroes` issues by default.
+const ZEROES_CHUNK_BYTES: u64 = 1 << 20;
 
 /// Checks a transfer of `len` bytes at `offset` against a device's sector size and size. Every
 /// `BlockDevice` implementation calls this before touching the medium.
@@ -53,6 +75,24 @@ pub fn check_transfer(offset: u64, len: u64, sector: u32, size: u64) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MemDevice;
+
+    // Checks that the default write_zeroes clears exactly the range, across chunk boundaries.
+    #[test]
+    fn default_write_zeroes_clears_the_range() {
+        let dev = MemDevice::new(4 << 20, 512);
+        dev.write_at(0, &AlignedBuf::from_slice(&vec![0xab; 4 << 20]))
+            .unwrap();
+        let (offset, len) = (512, (1 << 20) + 1024);
+        dev.write_zeroes(offset, len).unwrap();
+        let mut back = AlignedBuf::zeroed(4 << 20);
+        dev.read_at(0, &mut back).unwrap();
+        let end = (offset + len) as usize;
+        assert!(back[..512].iter().all(|&b| b == 0xab));
+        assert!(back[512..end].iter().all(|&b| b == 0));
+        assert!(back[end..].iter().all(|&b| b == 0xab));
+        assert!(dev.write_zeroes(100, 512).is_err());
+    }
 
     // Checks the alignment and range rules every device applies.
     #[test]

@@ -9,15 +9,21 @@
 //! - short transfers are retried to completion or reported, never silently accepted.
 
 mod aligned;
+mod claim;
 pub mod crash;
 mod device;
 mod error;
 mod fault;
+mod file;
 mod mem;
+mod sys;
 
 pub use aligned::{AlignedBuf, BUFFER_ALIGN};
 pub use crash::{CrashPoint, LogOp, TornWrite, WriteExtent};
 pub use device::{BlockDevice, check_transfer};
 pub use error::DeviceError;
 pub use fault::MemStats;
+pub use file::{
+    DeviceKind, FileDevice, IMAGE_PHYSICAL_SECTOR_SIZE, IMAGE_SECTOR_SIZE_DEFAULT, OpenOptions,
+};
 pub use mem::MemDevice;
