@@ -33,7 +33,7 @@
 //! | free-inode chunks  | FinoBtree  | InodeRecord (16)        | InoKey (4)     | 4       |
 //! | file extents       | BmapBtree  | Extent (16)             | BmapKey (8)    | 8       |
 //! | directory hashes   | DirBtree   | DirHashRecord (8)       | DirHashKey (4) | 4       |
-//! | xattr hashes       | AttrBtree  | (nodes only; leaves are AttrBlock blocks) | DirHashKey (4) | 4 |
+//! | xattr hashes       | AttrBtree  | none: leaves are AttrBlock  | DirHashKey (4) | 4       |
 //!
 //! Free-space record (8 bytes): start AG block u32 @0, length u32 @4. By-block key: start u32.
 //! By-length key (8 bytes): length u32 @0, start u32 @4.
@@ -601,7 +601,9 @@ mod tests {
         }
 
         #[test]
-        fn record_round_trips(start in 0u32..1 << 30, length in 1u32..1 << 30, mask: u64, key: u32) {
+        fn record_round_trips(
+            start in 0u32..1 << 30, length in 1u32..1 << 30, mask: u64, key: u32,
+        ) {
             let rec = FreeSpaceRecord { start: AgBlock(start), length };
             prop_assert_eq!(FreeSpaceRecord::decode(&rec.to_bytes()).unwrap(), rec);
             let cnt = CntKey { length, start: AgBlock(start) };

@@ -14,8 +14,10 @@ pub mod agfl;
 pub mod agi;
 pub mod btree_block;
 mod error;
+pub mod extent;
 pub mod geometry;
 pub mod header;
+pub mod inode;
 pub mod limits;
 pub mod ondisk;
 pub mod superblock;
@@ -33,10 +35,12 @@ pub use btree_block::{
     InodeRecord,
 };
 pub use error::FormatError;
+pub use extent::{BmapKey, BmapPointer, Extent};
 pub use geometry::Geometry;
 pub use header::{
     Expected, HEADER_SIZE, MetaHeader, MetaKind, block_crc, block_lsn, stamp, verify_header,
 };
+pub use inode::{BmapRoot, FileType, ForkFormat, INODE_CORE_SIZE, InodeCore, Timestamp};
 pub use ondisk::OnDisk;
 pub use superblock::Superblock;
 pub use types::{AgBlock, AgNumber, FsBlock, InodeNumber, Lsn};

@@ -4,7 +4,9 @@
 use crate::agf::Agf;
 use crate::agi::Agi;
 use crate::btree_block::{BnoKey, BtreeHeader, CntKey, FreeSpaceRecord, InoKey, InodeRecord};
+use crate::extent::{BmapKey, BmapPointer, Extent};
 use crate::header::MetaHeader;
+use crate::inode::InodeCore;
 use crate::ondisk::OnDisk;
 use crate::superblock::Superblock;
 
@@ -18,3 +20,7 @@ const _: () = assert!(BnoKey::SIZE == 4);
 const _: () = assert!(CntKey::SIZE == 8);
 const _: () = assert!(InodeRecord::SIZE == 16);
 const _: () = assert!(InoKey::SIZE == 4);
+const _: () = assert!(Extent::SIZE == 16);
+const _: () = assert!(BmapKey::SIZE == 8);
+const _: () = assert!(BmapPointer::SIZE == 8);
+const _: () = assert!(InodeCore::SIZE == 176);
