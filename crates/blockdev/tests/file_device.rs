@@ -1,5 +1,11 @@
 //! `FileDevice` against real files under /tmp (where `O_DIRECT` works), tmpfs and procfs.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test helpers outside #[test] functions may fail loudly"
+)]
+
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
