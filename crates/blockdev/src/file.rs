@@ -323,41 +323,51 @@ impl FileDevice {
         Ok(())
     }
 
-    /// Runs `step` (one pread or pwrite at an absolute offset into the buffer's remainder)
-    /// until `len` bytes moved: EINTR is retried, a zero transfer (or, with `O_DIRECT`, a
-    /// sector-misaligned partial one, whose continuation the kernel would refuse) ends with
-    /// `ShortTransfer`.
-    fn transfer_all(
-        &self,
-        op: &'static str,
-        offset: u64,
-        len: usize,
-        mut step: impl FnMut(usize, u64) -> io::Result<usize>,
-    ) -> Result<(), DeviceError> {
-        let mut done = 0usize;
-        while done < len {
-            match step(done, offset + done as u64) {
-                Ok(0) => {}
-                Ok(moved) => {
-                    done += moved;
-                    let aligned = done.is_multiple_of(self.logical_sector_size as usize);
-                    if done == len || aligned || !self.direct {
-                        continue;
-                    }
-                }
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-                Err(error) => return Err(io_error(op, offset, len as u64, error)),
-            }
-            return Err(DeviceError::ShortTransfer {
-                op,
-                offset,
-                len: len as u64,
-                done: done as u64,
-            });
+    /// Partial transfers may continue from any multiple of this (see `transfer_all`).
+    fn resume_unit(&self) -> usize {
+        if self.direct {
+            self.logical_sector_size as usize
+        } else {
+            1
         }
-        debug_assert_eq!(done, len);
-        Ok(())
     }
+}
+
+/// Runs `step` (one pread or pwrite into the buffer's remainder, given the bytes done and the
+/// absolute offset) until `len` bytes moved. EINTR is retried; a partial transfer continues when
+/// it ends on a multiple of `resume_unit` (the sector for `O_DIRECT`, whose kernel refuses
+/// misaligned continuations; 1 for buffered I/O); a zero transfer or a misaligned partial one
+/// ends with `ShortTransfer`.
+fn transfer_all(
+    op: &'static str,
+    offset: u64,
+    len: usize,
+    resume_unit: usize,
+    mut step: impl FnMut(usize, u64) -> io::Result<usize>,
+) -> Result<(), DeviceError> {
+    debug_assert!(resume_unit > 0);
+    let mut done = 0usize;
+    while done < len {
+        match step(done, offset + done as u64) {
+            Ok(0) => {}
+            Ok(moved) => {
+                done += moved;
+                if done == len || done.is_multiple_of(resume_unit) {
+                    continue;
+                }
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(io_error(op, offset, len as u64, error)),
+        }
+        return Err(DeviceError::ShortTransfer {
+            op,
+            offset,
+            len: len as u64,
+            done: done as u64,
+        });
+    }
+    debug_assert_eq!(done, len);
+    Ok(())
 }
 
 impl BlockDevice for FileDevice {
@@ -371,7 +381,7 @@ impl BlockDevice for FileDevice {
         )?;
         debug_assert_eq!(buf.as_ptr() as usize % BUFFER_ALIGN, 0);
         let file = &self.file;
-        self.transfer_all("read", offset, len, |done, at| {
+        transfer_all("read", offset, len, self.resume_unit(), |done, at| {
             file.read_at(&mut buf[done..], at)
         })
     }
@@ -386,7 +396,7 @@ impl BlockDevice for FileDevice {
         )?;
         self.check_writable("write")?;
         let file = &self.file;
-        self.transfer_all("write", offset, len, |done, at| {
+        transfer_all("write", offset, len, self.resume_unit(), |done, at| {
             file.write_at(&buf[done..], at)
         })
     }
@@ -443,5 +453,66 @@ impl BlockDevice for FileDevice {
 
     fn read_only(&self) -> bool {
         self.read_only
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A step that replays scripted results and records the offsets it was asked for.
+    fn scripted(
+        results: Vec<io::Result<usize>>,
+        asked: &mut Vec<u64>,
+    ) -> impl FnMut(usize, u64) -> io::Result<usize> + '_ {
+        let mut results = results.into_iter();
+        move |_, at| {
+            asked.push(at);
+            results.next().unwrap_or(Ok(0))
+        }
+    }
+
+    // Checks that EINTR is retried and aligned partial transfers continue at the right offset.
+    #[test]
+    fn transfer_retries_eintr_and_continues_partials() {
+        let mut asked = Vec::new();
+        let eintr = || Err(io::Error::from_raw_os_error(libc::EINTR));
+        let script = vec![eintr(), Ok(512), eintr(), Ok(1024), Ok(512)];
+        transfer_all("read", 4096, 2048, 512, scripted(script, &mut asked)).unwrap();
+        assert_eq!(asked, [4096, 4096, 4608, 4608, 5632]);
+    }
+
+    // Checks that zero and misaligned partial transfers are reported, and errors keep the range.
+    #[test]
+    fn transfer_reports_short_and_failed() {
+        let mut asked = Vec::new();
+        let result = transfer_all("write", 0, 2048, 512, scripted(vec![Ok(512)], &mut asked));
+        let short = DeviceError::ShortTransfer {
+            op: "write",
+            offset: 0,
+            len: 2048,
+            done: 512,
+        };
+        assert_eq!(format!("{result:?}"), format!("{:?}", Err::<(), _>(short)));
+        let result = transfer_all("read", 0, 2048, 512, scripted(vec![Ok(100)], &mut asked));
+        assert!(matches!(
+            result,
+            Err(DeviceError::ShortTransfer { done: 100, .. })
+        ));
+        let script = vec![Ok(100), Ok(1948)];
+        transfer_all("read", 0, 2048, 1, scripted(script, &mut asked)).unwrap();
+        let failed = vec![Err(io::Error::from_raw_os_error(libc::EIO))];
+        let result = transfer_all("read", 8192, 4096, 512, scripted(failed, &mut asked));
+        let Err(DeviceError::Io {
+            op,
+            offset,
+            len,
+            source,
+        }) = result
+        else {
+            panic!("expected an Io error, got {result:?}");
+        };
+        assert_eq!((op, offset, len), ("read", 8192, 4096));
+        assert_eq!(source.raw_os_error(), Some(libc::EIO));
     }
 }

@@ -1,12 +1,29 @@
 //! Block device layer: the only place cairn touches a device or image file.
 //!
-//! Owns: the `BlockDevice` trait, the sector-aligned buffer type `AlignedBuf`, the `O_DIRECT`
-//! file / raw-device backend, and the in-memory device used by crash tests.
+//! Owns: the `BlockDevice` trait, the sector-aligned buffer type `AlignedBuf`, `FileDevice`
+//! (an image file or raw block device with `O_DIRECT`, opened exclusively), and `MemDevice`
+//! (an in-memory device that records writes and flushes, builds crash images from that log
+//! and injects faults).
 //! Invariants:
 //! - every transfer is sector-aligned in offset, length and memory; misaligned requests are
 //!   refused with `DeviceError::Misaligned` before any system call;
-//! - a write that returned before `flush` returned is durable; nothing else is promised;
-//! - short transfers are retried to completion or reported, never silently accepted.
+//! - a write that returned before `flush` returned is durable; nothing else is promised, and
+//!   `MemDevice` crash images explore exactly that freedom (see [`crash`]);
+//! - short transfers are retried to completion or reported, never silently accepted;
+//! - at most one read-write opener per image or device, across processes (locks, `O_EXCL`) and
+//!   inside this process (a registry); refusals name the holder where the system can tell.
+//!
+//! ```
+//! use cairn_blockdev::{AlignedBuf, BlockDevice, CrashPoint, MemDevice};
+//!
+//! let device = MemDevice::new(8192, 4096);
+//! device.write_at(0, &AlignedBuf::from_slice(&[1; 4096])).unwrap();
+//! device.flush().unwrap();
+//! device.write_at(4096, &AlignedBuf::from_slice(&[2; 4096])).unwrap();
+//! // Crash after the flush, with the later write lost: only the first block survives.
+//! let image = device.crash_image(&CrashPoint::at_flush(1)).unwrap();
+//! assert_eq!((image[0], image[4096]), (1, 0));
+//! ```
 
 mod aligned;
 mod claim;

@@ -129,6 +129,11 @@ fn loop_device_exclusive_open() {
     let pid = std::process::id();
     assert!(message.contains(&format!("pid {pid} (")), "{message}");
     drop(holder);
+    // A larger sector size than the device's own is allowed; one that is not a multiple is not.
+    let coarse = FileDevice::open(&guard.device, &OpenOptions::new().sector_size(4096)).unwrap();
+    assert_eq!(coarse.logical_sector_size(), 4096);
+    assert_eq!(coarse.size_bytes(), IMAGE_BYTES);
+    drop(coarse);
     let first = FileDevice::open(&guard.device, &OpenOptions::new()).unwrap();
     let second = FileDevice::open(&guard.device, &OpenOptions::new().read_only(true));
     assert!(matches!(second, Err(DeviceError::Busy { .. })));
