@@ -13,6 +13,7 @@ pub mod agf;
 pub mod agfl;
 pub mod agi;
 pub mod btree_block;
+pub mod dir;
 mod error;
 pub mod extent;
 pub mod geometry;
@@ -33,6 +34,9 @@ pub use agi::Agi;
 pub use btree_block::{
     BTREE_HEADER_SIZE, BnoKey, BtreeHeader, BtreeLayout, CntKey, FreeSpaceRecord, InoKey,
     InodeRecord,
+};
+pub use dir::{
+    DirDataEntry, DirDataHeader, DirHashKey, DirHashRecord, ShortformDir, ShortformEntry,
 };
 pub use error::FormatError;
 pub use extent::{BmapKey, BmapPointer, Extent};

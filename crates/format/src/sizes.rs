@@ -4,6 +4,7 @@
 use crate::agf::Agf;
 use crate::agi::Agi;
 use crate::btree_block::{BnoKey, BtreeHeader, CntKey, FreeSpaceRecord, InoKey, InodeRecord};
+use crate::dir::{DirDataHeader, DirHashKey, DirHashRecord};
 use crate::extent::{BmapKey, BmapPointer, Extent};
 use crate::header::MetaHeader;
 use crate::inode::InodeCore;
@@ -24,3 +25,6 @@ const _: () = assert!(Extent::SIZE == 16);
 const _: () = assert!(BmapKey::SIZE == 8);
 const _: () = assert!(BmapPointer::SIZE == 8);
 const _: () = assert!(InodeCore::SIZE == 176);
+const _: () = assert!(DirDataHeader::SIZE == 64);
+const _: () = assert!(DirHashRecord::SIZE == 8);
+const _: () = assert!(DirHashKey::SIZE == 4);
