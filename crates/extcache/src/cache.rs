@@ -205,10 +205,16 @@ impl ExtentCache {
         let mut outcome = ShrinkOutcome::default();
         let mut victims = Vec::with_capacity(budget as usize);
         let (mut rotated, mut busy) = (0u64, 0u64);
-        while budget > 0 && outcome.inodes_walked < shared.config.inodes_walked_per_call {
-            let Some(tree) = shared.list.lock().rotate_head() else {
+        // Each inode is visited at most once per call: a second visit would find the referenced
+        // bits the first one just cleared and take away the entries' second chance.
+        let mut walk_limit = shared.config.inodes_walked_per_call;
+        while budget > 0 && outcome.inodes_walked < walk_limit {
+            let Some((tree, list_len)) = shared.list.lock().rotate_head() else {
                 break;
             };
+            if outcome.inodes_walked == 0 {
+                walk_limit = walk_limit.min(u32::try_from(list_len).unwrap_or(u32::MAX));
+            }
             outcome.inodes_walked += 1;
             if tree.referenced.load(Ordering::Relaxed) {
                 tree.referenced.store(false, Ordering::Relaxed);

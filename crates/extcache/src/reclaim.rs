@@ -161,8 +161,9 @@ impl ReclaimList {
         taken
     }
 
-    /// Moves the head (least recently used) inode to the tail and returns a reference to it.
-    pub(crate) fn rotate_head(&mut self) -> Option<Arc<InodeTree>> {
+    /// Moves the head (least recently used) inode to the tail and returns a reference to it,
+    /// with the list's length.
+    pub(crate) fn rotate_head(&mut self) -> Option<(Arc<InodeTree>, usize)> {
         let slot = self.head;
         let node = self.node(slot)?;
         let tree = node.tree.as_ref().map(Arc::clone)?;
@@ -178,7 +179,7 @@ impl ReclaimList {
             }
             self.tail = slot;
         }
-        Some(tree)
+        Some((tree, self.len))
     }
 
     /// Calls `visit` for every linked inode in slots `[first, first + count)`, in slot order.
@@ -248,5 +249,78 @@ impl ReclaimList {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(ino: u64) -> Arc<InodeTree> {
+        Arc::new(InodeTree::new_for_test(ino))
+    }
+
+    fn order(list: &ReclaimList) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut slot = list.head;
+        while let Some(node) = list.node(slot) {
+            out.extend(node.tree.as_ref().map(|t| t.ino));
+            slot = node.next;
+        }
+        out
+    }
+
+    #[test]
+    fn link_unlink_and_rotate_keep_the_list_whole() {
+        // Push, remove from head/middle/tail and rotate, checking order and links each step.
+        let mut list = ReclaimList::new();
+        let trees: Vec<_> = (0..5).map(tree).collect();
+        for t in &trees {
+            assert!(list.push_back(t));
+            assert!(list.push_back(t), "second link is a no-op");
+            list.check_invariants().unwrap();
+        }
+        assert_eq!(order(&list), vec![0, 1, 2, 3, 4]);
+        assert!(list.remove(&trees[2]).is_some());
+        assert!(list.remove(&trees[2]).is_none());
+        list.check_invariants().unwrap();
+        let (head, len) = list.rotate_head().unwrap();
+        assert_eq!((head.ino, len), (0, 4));
+        assert_eq!(order(&list), vec![1, 3, 4, 0]);
+        list.check_invariants().unwrap();
+        assert!(list.remove(&trees[0]).is_some());
+        assert!(list.remove(&trees[1]).is_some());
+        list.check_invariants().unwrap();
+        assert_eq!(order(&list), vec![3, 4]);
+        assert!(list.push_back(&trees[2]));
+        assert_eq!(order(&list), vec![3, 4, 2]);
+        list.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn the_slab_grows_by_chunks_and_reuses_free_slots() {
+        // More inodes than one chunk holds: a second chunk appears; freed slots are reused.
+        let mut list = ReclaimList::new();
+        let trees: Vec<_> = (0..(RECLAIM_CHUNK_SLOTS as u64 + 10)).map(tree).collect();
+        for t in &trees {
+            assert!(list.push_back(t));
+        }
+        list.check_invariants().unwrap();
+        assert_eq!(list.capacity(), 2 * RECLAIM_CHUNK_SLOTS);
+        for t in trees.iter().step_by(3) {
+            assert!(list.remove(t).is_some());
+        }
+        list.check_invariants().unwrap();
+        for t in trees.iter().step_by(3) {
+            assert!(list.push_back(t));
+        }
+        list.check_invariants().unwrap();
+        assert_eq!(list.capacity(), 2 * RECLAIM_CHUNK_SLOTS);
+        let mut seen = 0;
+        list.visit_slots(0, list.capacity(), |_| seen += 1);
+        assert_eq!(seen, trees.len());
+        let mut empty = ReclaimList::new();
+        assert!(empty.rotate_head().is_none());
+        empty.check_invariants().unwrap();
     }
 }

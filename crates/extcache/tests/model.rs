@@ -4,6 +4,12 @@
 //! hold exactly what was cached minus what a shrink may drop, and never drop delayed or pinned
 //! entries.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test helpers outside #[test] functions may fail loudly"
+)]
+
 use cairn_extcache::{CacheConfig, Extent, ExtentCache, ExtentState, InodeExtents, RangePin};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
