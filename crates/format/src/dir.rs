@@ -707,7 +707,8 @@ mod tests {
 
         #[test]
         fn shortform_round_trip(
-            names in proptest::collection::btree_set("[a-z.]{1,20}", 0..12), parent in 1u64..1 << 40,
+            names in proptest::collection::btree_set("[a-z.]{1,20}", 0..12),
+            parent in 1u64..1 << 40,
         ) {
             let entries: Vec<ShortformEntry> = names
                 .into_iter()

@@ -20,8 +20,10 @@ pub mod geometry;
 pub mod header;
 pub mod inode;
 pub mod limits;
+pub mod log;
 pub mod ondisk;
 pub mod superblock;
+pub mod symlink;
 pub mod types;
 
 mod sizes;
@@ -45,6 +47,8 @@ pub use header::{
     Expected, HEADER_SIZE, MetaHeader, MetaKind, block_crc, block_lsn, stamp, verify_header,
 };
 pub use inode::{BmapRoot, FileType, ForkFormat, INODE_CORE_SIZE, InodeCore, Timestamp};
+pub use log::{LogItem, LogRecordHeader};
 pub use ondisk::OnDisk;
 pub use superblock::Superblock;
+pub use symlink::SymlinkHeader;
 pub use types::{AgBlock, AgNumber, FsBlock, InodeNumber, Lsn};

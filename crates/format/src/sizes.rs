@@ -8,8 +8,10 @@ use crate::dir::{DirDataHeader, DirHashKey, DirHashRecord};
 use crate::extent::{BmapKey, BmapPointer, Extent};
 use crate::header::MetaHeader;
 use crate::inode::InodeCore;
+use crate::log::LogRecordHeader;
 use crate::ondisk::OnDisk;
 use crate::superblock::Superblock;
+use crate::symlink::SymlinkHeader;
 
 const _: () = assert!(MetaHeader::SIZE == 48);
 const _: () = assert!(Superblock::SIZE == 256);
@@ -28,3 +30,5 @@ const _: () = assert!(InodeCore::SIZE == 176);
 const _: () = assert!(DirDataHeader::SIZE == 64);
 const _: () = assert!(DirHashRecord::SIZE == 8);
 const _: () = assert!(DirHashKey::SIZE == 4);
+const _: () = assert!(LogRecordHeader::SIZE == 128);
+const _: () = assert!(SymlinkHeader::SIZE == 56);
