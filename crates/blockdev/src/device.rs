@@ -35,25 +35,40 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     /// Make a byte range read back as zeros. The default writes zeroed buffers; devices with
     /// a cheaper way (hole punching, `BLKZEROOUT`) override it.
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
-        check_transfer(offset, len, self.logical_sector_size(), self.size_bytes())?;
-        let chunk_max = ZEROES_CHUNK_BYTES.max(u64::from(self.logical_sector_size()));
-        let zeroes = AlignedBuf::zeroed(chunk_max.min(len) as usize);
-        let mut done = 0;
-        while done < len {
-            let chunk = chunk_max.min(len - done);
-            if chunk == zeroes.len() as u64 {
-                self.write_at(offset + done, &zeroes)?;
-            } else {
-                self.write_at(offset + done, &AlignedBuf::zeroed(chunk as usize))?;
-            }
-            done += chunk;
-        }
-        Ok(())
+        write_zero_buffers(self, offset, len)
     }
 }
 
-/// Largest single write `write_zeroes` issues by default.
+/// Largest single write `write_zero_buffers` issues.
 const ZEROES_CHUNK_BYTES: u64 = 1 << 20;
+
+/// Zeroes a byte range by writing zeroed buffers: the default `write_zeroes`, and the
+/// fallback of devices whose cheaper method is unsupported.
+pub fn write_zero_buffers<D: BlockDevice + ?Sized>(
+    device: &D,
+    offset: u64,
+    len: u64,
+) -> Result<(), DeviceError> {
+    check_transfer(
+        offset,
+        len,
+        device.logical_sector_size(),
+        device.size_bytes(),
+    )?;
+    let chunk_max = ZEROES_CHUNK_BYTES.max(u64::from(device.logical_sector_size()));
+    let zeroes = AlignedBuf::zeroed(chunk_max.min(len) as usize);
+    let mut done = 0;
+    while done < len {
+        let chunk = chunk_max.min(len - done);
+        if chunk == zeroes.len() as u64 {
+            device.write_at(offset + done, &zeroes)?;
+        } else {
+            device.write_at(offset + done, &AlignedBuf::zeroed(chunk as usize))?;
+        }
+        done += chunk;
+    }
+    Ok(())
+}
 
 /// Checks a transfer of `len` bytes at `offset` against a device's sector size and size. Every
 /// `BlockDevice` implementation calls this before touching the medium.

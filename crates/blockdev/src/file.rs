@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 
 use crate::claim::{self, Claim, LockError};
 use crate::mem::check_geometry;
-use crate::{AlignedBuf, BUFFER_ALIGN, BlockDevice, DeviceError, check_transfer, sys};
+use crate::{
+    AlignedBuf, BUFFER_ALIGN, BlockDevice, DeviceError, check_transfer, sys, write_zero_buffers,
+};
 
 /// Logical sector size of an image file unless the options say otherwise.
 pub const IMAGE_SECTOR_SIZE_DEFAULT: u32 = 4096;
@@ -436,6 +438,25 @@ impl BlockDevice for FileDevice {
             Ok(()) => Ok(true),
             Err(error) if sys::is_unsupported(&error) => Ok(false),
             Err(error) => Err(io_error("discard", offset, len, error)),
+        }
+    }
+
+    /// Image files punch a hole (reads back zeros, frees the space, stays sparse); block
+    /// devices use `BLKZEROOUT`. Either falls back to writing zeros where unsupported.
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        check_transfer(offset, len, self.logical_sector_size, self.size_bytes)?;
+        self.check_writable("write_zeroes")?;
+        if len == 0 {
+            return Ok(());
+        }
+        let result = match self.kind {
+            DeviceKind::ImageFile => sys::punch_hole(&self.file, offset, len),
+            DeviceKind::BlockDevice => sys::block_zero_out(&self.file, offset, len),
+        };
+        match result {
+            Ok(()) => Ok(()),
+            Err(error) if sys::is_unsupported(&error) => write_zero_buffers(self, offset, len),
+            Err(error) => Err(io_error("write_zeroes", offset, len, error)),
         }
     }
 

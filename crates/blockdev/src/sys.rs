@@ -24,6 +24,15 @@ const BLKGETSIZE64: libc::Ioctl = 0x8008_1272;
     target_arch = "riscv64"
 ))]
 const BLKDISCARD: libc::Ioctl = 0x1277;
+/// `_IO(0x12, 127)`: zero a range of a block device (offloaded where the device can).
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64"
+))]
+const BLKZEROOUT: libc::Ioctl = 0x127f;
 
 fn check(rc: libc::c_int) -> io::Result<()> {
     if rc < 0 {
@@ -62,6 +71,13 @@ pub(crate) fn block_discard(file: &File, offset: u64, len: u64) -> io::Result<()
     let range: [u64; 2] = [offset, len];
     // SAFETY: BLKDISCARD reads two u64 through the pointer, which is valid for the call.
     check(unsafe { libc::ioctl(file.as_raw_fd(), BLKDISCARD, &range) })
+}
+
+/// Zeroes `len` bytes at `offset` of a block device with `BLKZEROOUT`.
+pub(crate) fn block_zero_out(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    let range: [u64; 2] = [offset, len];
+    // SAFETY: BLKZEROOUT reads two u64 through the pointer, which is valid for the call.
+    check(unsafe { libc::ioctl(file.as_raw_fd(), BLKZEROOUT, &range) })
 }
 
 /// Deallocates `len` bytes at `offset` of a regular file, keeping its size; reads return zeros.

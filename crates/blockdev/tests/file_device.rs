@@ -304,6 +304,32 @@ fn discard_punches_hole() {
     assert_eq!(device.size_bytes(), 4 * MIB);
 }
 
+// Checks that write_zeroes on an image reads back zeros around untouched data and keeps the
+// image sparse (no zeros are written).
+#[test]
+fn write_zeroes_keeps_image_sparse() {
+    let dir = temp_dir();
+    let path = dir.path().join("image");
+    let device = create(&path, 64 * MIB);
+    device.write_at(0, &filled(3 * MIB as usize, 9)).unwrap();
+    let blocks_before = std::fs::metadata(&path).unwrap().blocks();
+    device.write_zeroes(MIB, 63 * MIB).unwrap();
+    assert_eq!(
+        read(&device, 0, MIB as usize)[..],
+        filled(3 * MIB as usize, 9)[..MIB as usize]
+    );
+    assert_eq!(
+        read(&device, MIB, 2 * MIB as usize),
+        AlignedBuf::zeroed(2 * MIB as usize)
+    );
+    let blocks_after = std::fs::metadata(&path).unwrap().blocks();
+    assert!(
+        blocks_after < blocks_before,
+        "{blocks_before} -> {blocks_after}"
+    );
+    assert!(device.write_zeroes(100, 4096).is_err());
+}
+
 // Checks the refusals for things that are not devices and for a missing file.
 #[test]
 fn not_a_device_and_missing_file() {
