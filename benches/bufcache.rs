@@ -1,0 +1,2 @@
+//! Buffer cache benchmarks (being written).
+fn main() {}

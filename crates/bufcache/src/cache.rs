@@ -1,0 +1,421 @@
+//! The cache itself: construction, the three lookups and the paths behind them.
+//!
+//! Lock order: a buffer's lock may be held while taking a shard lock (marking stale does), but
+//! a shard lock is never held while waiting for a buffer lock, and no shard lock is held across
+//! device I/O. The LRU and delwri queue mutexes are leaf locks, held only to push or pop.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cairn_blockdev::{AlignedBuf, BlockDevice};
+use crossbeam::utils::CachePadded;
+use parking_lot::Mutex;
+
+use crate::BufCacheError;
+use crate::buffer::{BufKey, Buffer, DEAD, DELWRI_Q, DIRTY, ON_LRU, STALE, holds};
+use crate::config::{AgMap, BUFFER_BYTES_MAX, CacheConfig};
+use crate::guard::BufGuard;
+use crate::ops::{LRU_REF_MAX, ReadSpec};
+use crate::shard::{AgShard, Index};
+use crate::stats::{Counter, Stats, StatsSnapshot};
+
+/// What a lookup does when the buffer is not cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Read it from the device and verify it.
+    Read,
+    /// Hand out zeroed contents without reading (a newly allocated block).
+    Create,
+}
+
+/// What a lookup does when the buffer is locked by someone else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Block,
+    Try,
+}
+
+/// Where a hit came from, counted once the hit is locked and known good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Lookaside,
+    Index,
+}
+
+/// Result of the write-locked slow path.
+enum Found<'c> {
+    Cached(Arc<Buffer>),
+    Inserted(BufGuard<'c>),
+}
+
+/// The metadata buffer cache of one filesystem; see the crate documentation.
+pub struct BufferCache {
+    pub(crate) config: CacheConfig,
+    ag_map: AgMap,
+    pub(crate) device: Arc<dyn BlockDevice>,
+    device_blocks: u64,
+    pub(crate) shards: Box<[CachePadded<AgShard>]>,
+    pub(crate) lru: CachePadded<Mutex<VecDeque<Arc<Buffer>>>>,
+    pub(crate) reclaim_lock: Mutex<()>,
+    pub(crate) delwri: Mutex<Vec<Arc<Buffer>>>,
+    pub(crate) memory_bytes: CachePadded<AtomicU64>,
+    pub(crate) stats: Stats,
+}
+
+impl fmt::Debug for BufferCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BufferCache")
+            .field("config", &self.config)
+            .field("device", &self.device)
+            .field("memory_bytes", &self.memory_bytes())
+            .finish_non_exhaustive()
+    }
+}
+
+impl BufferCache {
+    /// A cache over `device`, or `Config` when `config` does not fit the device.
+    pub fn new(config: CacheConfig, device: Arc<dyn BlockDevice>) -> Result<Self, BufCacheError> {
+        config.validate(device.size_bytes(), device.logical_sector_size())?;
+        let shards = (0..config.ag_count)
+            .map(|_| CachePadded::new(AgShard::new(config.lookaside_slots)))
+            .collect();
+        Ok(Self {
+            config,
+            ag_map: AgMap::new(config.ag_blocks),
+            device_blocks: device.size_bytes() / u64::from(config.block_size),
+            device,
+            shards,
+            lru: CachePadded::new(Mutex::new(VecDeque::new())),
+            reclaim_lock: Mutex::new(()),
+            delwri: Mutex::new(Vec::new()),
+            memory_bytes: CachePadded::new(AtomicU64::new(0)),
+            stats: Stats::new(),
+        })
+    }
+
+    pub fn config(&self) -> &CacheConfig {
+        &self.config
+    }
+
+    /// Bytes of buffers currently in the index.
+    pub fn memory_bytes(&self) -> u64 {
+        self.memory_bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// Number of buffers in the index (stale ones included).
+    pub fn cached_count(&self) -> usize {
+        self.shards.iter().map(|s| s.index.read().len()).sum()
+    }
+
+    /// The buffer at `key`, held and locked, read from the device and verified with
+    /// `spec` if it is not cached. Waits for the lock if another holder has it.
+    pub fn get(&self, key: BufKey, spec: &ReadSpec) -> Result<BufGuard<'_>, BufCacheError> {
+        self.lookup(key, spec, Mode::Read, Wait::Block)
+    }
+
+    /// Like `get`, but fails with `WouldBlock` instead of waiting for a locked buffer.
+    pub fn try_get(&self, key: BufKey, spec: &ReadSpec) -> Result<BufGuard<'_>, BufCacheError> {
+        self.lookup(key, spec, Mode::Read, Wait::Try)
+    }
+
+    /// The buffer at `key` for a newly allocated block: held, locked and zero-filled, never
+    /// read. A cached copy is reused and zeroed; `spec.ops` is used for its write-back.
+    pub fn get_new(&self, key: BufKey, spec: &ReadSpec) -> Result<BufGuard<'_>, BufCacheError> {
+        self.lookup(key, spec, Mode::Create, Wait::Block)
+    }
+
+    fn lookup(
+        &self,
+        key: BufKey,
+        spec: &ReadSpec,
+        mode: Mode,
+        wait: Wait,
+    ) -> Result<BufGuard<'_>, BufCacheError> {
+        let (ag, ag_block) = self.locate(key)?;
+        let shard = &self.shards[ag];
+        // Each pass either returns or found a buffer that went stale, or whose first read
+        // failed, while it waited; the next pass replaces or re-reads it.
+        loop {
+            let (buffer, source) = match self.find_cached(shard, key, ag_block) {
+                Some(found) => found,
+                None => match self.find_or_insert(shard, ag, key, ag_block, spec)? {
+                    Found::Cached(buffer) => (buffer, Source::Index),
+                    Found::Inserted(guard) => return self.fill_inserted(guard, spec, mode),
+                },
+            };
+            if let Some(guard) = self.lock_found(buffer, wait)? {
+                return Ok(self.finish_hit(guard, spec, mode, source));
+            }
+        }
+    }
+
+    /// Checks `key` and returns its AG index and AG-relative block.
+    #[inline]
+    fn locate(&self, key: BufKey) -> Result<(usize, u32), BufCacheError> {
+        let bad = |why| BufCacheError::BadAddress {
+            block: key.block,
+            block_count: key.block_count,
+            why,
+        };
+        let bytes = u64::from(key.block_count) * u64::from(self.config.block_size);
+        if key.block_count == 0 || bytes > BUFFER_BYTES_MAX {
+            return Err(bad("length must be 1 block to 64 KiB"));
+        }
+        let (ag, ag_block) = self.ag_map.split(key.block);
+        if ag >= u64::from(self.config.ag_count) || key.end() > self.device_blocks {
+            return Err(bad("past the end of the filesystem"));
+        }
+        if u64::from(ag_block) + u64::from(key.block_count) > u64::from(self.config.ag_blocks) {
+            return Err(bad("crosses an allocation group boundary"));
+        }
+        Ok((ag as usize, ag_block))
+    }
+
+    /// Takes a hold on `buffer` unless it is stale or dead.
+    #[inline]
+    fn hold_live(&self, buffer: &Arc<Buffer>) -> bool {
+        let prev = buffer.hold();
+        if prev & (STALE | DEAD) != 0 {
+            self.release(buffer);
+            return false;
+        }
+        true
+    }
+
+    /// The lock-free lookaside path, then the index under the read lock. Returns a held buffer.
+    #[inline]
+    fn find_cached(
+        &self,
+        shard: &AgShard,
+        key: BufKey,
+        ag_block: u32,
+    ) -> Option<(Arc<Buffer>, Source)> {
+        if shard.lookaside_enabled() {
+            if let Some(buffer) = shard.lookaside_get(key, ag_block, |b| self.hold_live(b)) {
+                return Some((buffer, Source::Lookaside));
+            }
+            self.stats.bump(Counter::LookasideMisses);
+        }
+        let index = shard.index.read();
+        let buffer = index.get(&key)?;
+        // A stale entry is replaced by the write-locked path.
+        if !self.hold_live(buffer) {
+            return None;
+        }
+        if shard.lookaside_fill(buffer, ag_block) {
+            self.stats.bump(Counter::LookasideInserts);
+        }
+        Some((Arc::clone(buffer), Source::Index))
+    }
+
+    /// Under the write lock: drops stale buffers at `key.block`, refuses a live buffer of
+    /// another length there, and returns the cached buffer or inserts a new one, locked.
+    fn find_or_insert(
+        &self,
+        shard: &AgShard,
+        ag: usize,
+        key: BufKey,
+        ag_block: u32,
+        spec: &ReadSpec,
+    ) -> Result<Found<'_>, BufCacheError> {
+        let bytes_len = key.block_count as usize * self.config.block_size as usize;
+        // Allocated before the lock so the lock is held only for the index update.
+        let bytes = AlignedBuf::zeroed(bytes_len);
+        let mut index = shard.index.write();
+        let low = BufKey::new(key.block, 0);
+        let high = BufKey::new(key.block, u32::MAX);
+        let same_start: Vec<Arc<Buffer>> = index
+            .range(low..=high)
+            .map(|(_, b)| Arc::clone(b))
+            .collect();
+        for buffer in same_start {
+            if buffer.load_state() & STALE != 0 {
+                self.remove_locked(shard, &mut index, &buffer);
+                self.stats.bump(Counter::StaleLookups);
+            } else if buffer.key == key {
+                // Live and in the index, and both change only under this write lock.
+                buffer.hold();
+                if shard.lookaside_fill(&buffer, ag_block) {
+                    self.stats.bump(Counter::LookasideInserts);
+                }
+                return Ok(Found::Cached(buffer));
+            } else {
+                return Err(BufCacheError::LengthMismatch {
+                    block: key.block,
+                    cached_blocks: buffer.key.block_count,
+                    requested_blocks: key.block_count,
+                });
+            }
+        }
+        let buffer = Arc::new(Buffer::new(key, ag, bytes, spec.ops));
+        buffer
+            .lru_ref
+            .store(spec.lru_ref.min(LRU_REF_MAX), Ordering::Relaxed);
+        // Nobody else can see the buffer yet, so this lock is free.
+        let locked = buffer.data.lock_arc();
+        index.insert(key, Arc::clone(&buffer));
+        self.memory_bytes
+            .fetch_add(bytes_len as u64, Ordering::Relaxed);
+        if shard.lookaside_fill(&buffer, ag_block) {
+            self.stats.bump(Counter::LookasideInserts);
+        }
+        Ok(Found::Inserted(BufGuard::new(self, buffer, locked)))
+    }
+
+    /// Removes `buffer` from the index and its slot, marking it dead first. Caller holds the
+    /// shard's write lock (`index` is its contents).
+    pub(crate) fn remove_locked(&self, shard: &AgShard, index: &mut Index, buffer: &Arc<Buffer>) {
+        buffer.set_flags(DEAD);
+        let key = buffer.key;
+        if index.get(&key).is_some_and(|b| Arc::ptr_eq(b, buffer)) {
+            index.remove(&key);
+            let bytes = buffer.len_bytes(self.config.block_size);
+            self.memory_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        }
+        let (_, ag_block) = self.ag_map.split(key.block);
+        if shard.lookaside_clear(buffer, ag_block) {
+            self.stats.bump(Counter::LookasideRemoves);
+        }
+    }
+
+    /// Completes a miss: reads and verifies (or zero-fills) the new buffer, which the caller
+    /// holds locked, so concurrent lookups of the same block wait for it instead of reading.
+    fn fill_inserted<'c>(
+        &'c self,
+        mut guard: BufGuard<'c>,
+        spec: &ReadSpec,
+        mode: Mode,
+    ) -> Result<BufGuard<'c>, BufCacheError> {
+        self.stats.bump(Counter::Misses);
+        if mode == Mode::Read
+            && let Err(error) = self.read_into(&mut guard, spec)
+        {
+            self.stats.bump(Counter::ReadFailures);
+            let shard = &self.shards[guard.buffer.ag];
+            self.remove_locked(shard, &mut shard.index.write(), &guard.buffer);
+            return Err(error);
+        }
+        guard.data.uptodate = true;
+        self.maybe_reclaim();
+        Ok(guard)
+    }
+
+    fn read_into(&self, guard: &mut BufGuard<'_>, spec: &ReadSpec) -> Result<(), BufCacheError> {
+        let key = guard.buffer.key;
+        let offset = key.block.0 * u64::from(self.config.block_size);
+        self.stats.bump(Counter::Reads);
+        self.device
+            .read_at(offset, &mut guard.data.bytes)
+            .map_err(|source| BufCacheError::Read {
+                block: key.block,
+                block_count: key.block_count,
+                source,
+            })?;
+        spec.ops
+            .verify_read(&guard.data.bytes, key.block, spec)
+            .map_err(|source| BufCacheError::Verify {
+                block: key.block,
+                block_count: key.block_count,
+                source,
+            })
+    }
+
+    /// Locks a held buffer found in the cache. `None` when it turned stale or its first read
+    /// failed while we waited (the hold is released and the caller looks again).
+    fn lock_found(
+        &self,
+        buffer: Arc<Buffer>,
+        wait: Wait,
+    ) -> Result<Option<BufGuard<'_>>, BufCacheError> {
+        let locked = match wait {
+            Wait::Block => buffer.data.lock_arc(),
+            Wait::Try => match buffer.data.try_lock_arc() {
+                Some(locked) => locked,
+                None => {
+                    self.release(&buffer);
+                    self.stats.bump(Counter::LockBusy);
+                    return Err(BufCacheError::WouldBlock {
+                        block: buffer.key.block,
+                    });
+                }
+            },
+        };
+        let guard = BufGuard::new(self, buffer, locked);
+        // Marking stale needs the buffer lock, and a failed first read leaves the buffer not
+        // up to date, so what is checked here cannot change while the guard lives.
+        if guard.buffer.load_state() & (STALE | DEAD) != 0 || !guard.data.uptodate {
+            return Ok(None);
+        }
+        Ok(Some(guard))
+    }
+
+    #[inline]
+    fn finish_hit<'c>(
+        &'c self,
+        mut guard: BufGuard<'c>,
+        spec: &ReadSpec,
+        mode: Mode,
+        source: Source,
+    ) -> BufGuard<'c> {
+        self.stats.bump(match source {
+            Source::Lookaside => Counter::LookasideHits,
+            Source::Index => Counter::IndexHits,
+        });
+        let lru_ref = spec.lru_ref.min(LRU_REF_MAX);
+        if guard.buffer.lru_ref.load(Ordering::Relaxed) != lru_ref {
+            guard.buffer.lru_ref.store(lru_ref, Ordering::Relaxed);
+        }
+        if mode == Mode::Create {
+            guard.data.bytes.fill(0);
+        }
+        guard
+    }
+
+    /// Drops one hold; the last one puts the buffer on the LRU if it is not there yet.
+    #[inline]
+    pub(crate) fn release(&self, buffer: &Arc<Buffer>) {
+        let prev = buffer.unhold();
+        if holds(prev) == 1 && prev & (ON_LRU | DEAD) == 0 {
+            self.lru_add(buffer);
+        }
+    }
+
+    fn lru_add(&self, buffer: &Arc<Buffer>) {
+        if buffer.set_flags(ON_LRU) & ON_LRU == 0 {
+            self.lru.lock().push_back(Arc::clone(buffer));
+        }
+    }
+
+    /// Marks a buffer stale (the caller holds its lock): it is never written home, its slot is
+    /// cleared, and the next lookup of its block replaces it.
+    pub(crate) fn invalidate(&self, buffer: &Arc<Buffer>) {
+        let shard = &self.shards[buffer.ag];
+        let _index = shard.index.write();
+        buffer.set_flags(STALE);
+        buffer.clear_flags(DIRTY);
+        let (_, ag_block) = self.ag_map.split(buffer.key.block);
+        if shard.lookaside_clear(buffer, ag_block) {
+            self.stats.bump(Counter::LookasideRemoves);
+        }
+    }
+
+    /// Puts a buffer on the delayed-write queue unless it is there already.
+    pub(crate) fn queue_buffer(&self, buffer: &Arc<Buffer>) -> bool {
+        let fresh = buffer.set_flags(DELWRI_Q) & DELWRI_Q == 0;
+        if fresh {
+            self.delwri.lock().push(Arc::clone(buffer));
+        }
+        fresh
+    }
+
+    pub(crate) fn slot_of(&self, block: u64) -> Option<usize> {
+        let slots = self.config.lookaside_slots;
+        (slots > 0).then(|| (self.ag_map.split(cairn_format::FsBlock(block)).1 % slots) as usize)
+    }
+}
