@@ -25,6 +25,7 @@ pub mod ondisk;
 pub mod superblock;
 pub mod symlink;
 pub mod types;
+pub mod xattr;
 
 mod sizes;
 #[cfg(test)]
@@ -52,3 +53,4 @@ pub use ondisk::OnDisk;
 pub use superblock::Superblock;
 pub use symlink::SymlinkHeader;
 pub use types::{AgBlock, AgNumber, FsBlock, InodeNumber, Lsn};
+pub use xattr::{Namespace, Xattr, XattrLeaf, XattrLeafEntry, XattrLeafHeader, XattrValue};

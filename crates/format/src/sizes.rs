@@ -12,6 +12,7 @@ use crate::log::LogRecordHeader;
 use crate::ondisk::OnDisk;
 use crate::superblock::Superblock;
 use crate::symlink::SymlinkHeader;
+use crate::xattr::XattrLeafHeader;
 
 const _: () = assert!(MetaHeader::SIZE == 48);
 const _: () = assert!(Superblock::SIZE == 256);
@@ -32,3 +33,4 @@ const _: () = assert!(DirHashRecord::SIZE == 8);
 const _: () = assert!(DirHashKey::SIZE == 4);
 const _: () = assert!(LogRecordHeader::SIZE == 128);
 const _: () = assert!(SymlinkHeader::SIZE == 56);
+const _: () = assert!(XattrLeafHeader::SIZE == 56);
