@@ -33,7 +33,7 @@
 //! | free-inode chunks  | FinoBtree  | InodeRecord (16)        | InoKey (4)     | 4       |
 //! | file extents       | BmapBtree  | Extent (16)             | BmapKey (8)    | 8       |
 //! | directory hashes   | DirBtree   | DirHashRecord (8)       | DirHashKey (4) | 4       |
-//! | xattr hashes       | AttrBtree  | none: leaves are AttrBlock  | DirHashKey (4) | 4       |
+//! | xattr hashes       | AttrBtree  | none: AttrBlock leaves  | DirHashKey (4) | 4       |
 //!
 //! Free-space record (8 bytes): start AG block u32 @0, length u32 @4. By-block key: start u32.
 //! By-length key (8 bytes): length u32 @0, start u32 @4.
