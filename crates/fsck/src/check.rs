@@ -1,0 +1,246 @@
+//! The checks, phase by phase: superblocks, AG headers, free-space and inode trees, inodes,
+//! block accounting, summary counters.
+
+use cairn_blockdev::{AlignedBuf, BlockDevice};
+use cairn_format::agf::Agf;
+use cairn_format::agfl::{Agfl, agfl_capacity};
+use cairn_format::agi::Agi;
+use cairn_format::limits::{AG_AGF_BLOCK, AG_AGFL_BLOCK, AG_AGI_BLOCK, AG_HEADER_BLOCKS};
+use cairn_format::{AgBlock, AgNumber, Expected, FsBlock, Geometry, MetaKind, Superblock};
+
+use crate::report::{Problem, Report};
+
+/// A range of blocks some structure says it owns.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Claim {
+    pub start: u64,
+    pub length: u64,
+    pub owner: &'static str,
+}
+
+/// The state of one check run.
+#[derive(Debug)]
+pub struct Checker<'a> {
+    pub device: &'a dyn BlockDevice,
+    pub geometry: Geometry,
+    pub uuid: [u8; 16],
+    pub superblock: Superblock,
+    pub report: Report,
+    pub claims: Vec<Claim>,
+}
+
+/// Per-AG totals gathered for the superblock counter check.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AgTotals {
+    pub free_blocks: u64,
+    pub inodes: u64,
+    pub free_inodes: u64,
+}
+
+impl<'a> Checker<'a> {
+    pub fn new(device: &'a dyn BlockDevice, superblock: Superblock) -> Self {
+        Self {
+            device,
+            geometry: superblock.geometry,
+            uuid: superblock.uuid(),
+            superblock,
+            report: Report::default(),
+            claims: Vec::new(),
+        }
+    }
+
+    /// Runs every phase and returns what was found.
+    pub fn run(mut self) -> Report {
+        let mut totals = AgTotals::default();
+        for ag in 0..self.geometry.ag_count {
+            let ag_totals = self.check_ag(ag);
+            totals.free_blocks += ag_totals.free_blocks;
+            totals.inodes += ag_totals.inodes;
+            totals.free_inodes += ag_totals.free_inodes;
+        }
+        let log_start = self.geometry.log_start;
+        self.claim(log_start, u64::from(self.geometry.log_blocks), "log");
+        self.check_root_inode();
+        self.check_claims();
+        self.check_counters(totals);
+        self.report
+    }
+
+    /// Reads one filesystem block, recording a problem (and returning `None`) on failure.
+    pub fn read_block(&mut self, at: FsBlock, what: &str) -> Option<Vec<u8>> {
+        self.read_blocks(at, 1, what)
+    }
+
+    pub fn read_blocks(&mut self, at: FsBlock, count: u32, what: &str) -> Option<Vec<u8>> {
+        let mut buf = AlignedBuf::zeroed(count as usize * self.geometry.block_size as usize);
+        match self.device.read_at(self.geometry.byte_offset(at), &mut buf) {
+            Ok(()) => {
+                self.report.blocks_checked += u64::from(count);
+                Some(buf.to_vec())
+            }
+            Err(err) => {
+                self.report.add(Problem::new(
+                    what,
+                    Some(at.0),
+                    format!("cannot read: {err}"),
+                ));
+                None
+            }
+        }
+    }
+
+    pub fn claim(&mut self, start: u64, length: u64, owner: &'static str) {
+        self.claims.push(Claim {
+            start,
+            length,
+            owner,
+        });
+    }
+
+    fn expected(&self, kind: MetaKind, ag: u32, block: u32) -> Expected {
+        let at = self.geometry.fs_block(AgNumber(ag), AgBlock(block));
+        Expected {
+            kind,
+            blkno: at.0,
+            uuid: self.uuid,
+            owner: Some(u64::from(ag)),
+        }
+    }
+
+    fn check_ag(&mut self, ag: u32) -> AgTotals {
+        let start = self.geometry.ag_start(ag);
+        self.claim(start, u64::from(AG_HEADER_BLOCKS), "AG headers");
+        if ag > 0 {
+            self.check_superblock_copy(ag);
+        }
+        let mut totals = AgTotals::default();
+        if let Some(agf) = self.read_agf(ag) {
+            self.check_free_list(ag, &agf);
+            totals.free_blocks = self.check_free_space(ag, &agf);
+        }
+        if let Some(agi) = self.read_agi(ag) {
+            let (inodes, free) = self.check_inode_trees(ag, &agi);
+            totals.inodes = inodes;
+            totals.free_inodes = free;
+        }
+        totals
+    }
+
+    fn check_superblock_copy(&mut self, ag: u32) {
+        let expected = self.expected(MetaKind::Superblock, ag, 0);
+        let Some(block) = self.read_block(FsBlock(expected.blkno), MetaKind::Superblock.name())
+        else {
+            return;
+        };
+        match Superblock::read(&block, &expected) {
+            Ok(copy) if copy.geometry != self.geometry => {
+                let message = format!("copy in AG {ag} disagrees with the primary's geometry");
+                self.report
+                    .add(Problem::new("superblock", Some(expected.blkno), message));
+            }
+            Ok(_) => {}
+            Err(err) => self.report.add(Problem::from_format(expected.blkno, &err)),
+        }
+    }
+
+    fn read_agf(&mut self, ag: u32) -> Option<Agf> {
+        let expected = self.expected(MetaKind::Agf, ag, AG_AGF_BLOCK);
+        let block = self.read_block(FsBlock(expected.blkno), MetaKind::Agf.name())?;
+        Agf::read(&block, &expected, &self.geometry)
+            .map_err(|err| self.report.add(Problem::from_format(expected.blkno, &err)))
+            .ok()
+    }
+
+    fn read_agi(&mut self, ag: u32) -> Option<Agi> {
+        let expected = self.expected(MetaKind::Agi, ag, AG_AGI_BLOCK);
+        let block = self.read_block(FsBlock(expected.blkno), MetaKind::Agi.name())?;
+        Agi::read(&block, &expected, &self.geometry)
+            .map_err(|err| self.report.add(Problem::from_format(expected.blkno, &err)))
+            .ok()
+    }
+
+    /// The AGFL verifies and the blocks the AGF says are on the free list are owned by it.
+    fn check_free_list(&mut self, ag: u32, agf: &Agf) {
+        let expected = self.expected(MetaKind::Agfl, ag, AG_AGFL_BLOCK);
+        let Some(block) = self.read_block(FsBlock(expected.blkno), MetaKind::Agfl.name()) else {
+            return;
+        };
+        let agfl = match Agfl::read(&block, &expected, &self.geometry) {
+            Ok(agfl) => agfl,
+            Err(err) => return self.report.add(Problem::from_format(expected.blkno, &err)),
+        };
+        let ag_len = self.geometry.ag_len(ag);
+        for slot in agf.free_list_slots(agfl_capacity(self.geometry.block_size)) {
+            let entry = agfl.slots.get(slot as usize).copied().unwrap_or(u32::MAX);
+            if entry < AG_HEADER_BLOCKS || entry >= ag_len {
+                let message = format!("slot {slot} holds {entry}, outside the AG");
+                self.report.add(Problem::new(
+                    MetaKind::Agfl.name(),
+                    Some(expected.blkno),
+                    message,
+                ));
+                continue;
+            }
+            let at = self.geometry.fs_block(AgNumber(ag), AgBlock(entry));
+            self.claim(at.0, 1, "AG free list");
+        }
+    }
+
+    fn check_counters(&mut self, totals: AgTotals) {
+        let sb = &self.superblock;
+        let pairs = [
+            ("free_blocks", sb.free_blocks, totals.free_blocks),
+            ("inode_count", sb.inode_count, totals.inodes),
+            ("free_inodes", sb.free_inodes, totals.free_inodes),
+        ];
+        for (field, recorded, counted) in pairs {
+            if recorded != counted {
+                let message = format!("{field} is {recorded}, but the AGs hold {counted}");
+                self.report
+                    .add(Problem::new("superblock", Some(0), message));
+            }
+        }
+        self.report.free_blocks = totals.free_blocks;
+        self.report.allocated_inodes = totals.inodes - totals.free_inodes.min(totals.inodes);
+    }
+
+    /// Every block is claimed exactly once: none twice, none lost.
+    fn check_claims(&mut self) {
+        let mut claims = std::mem::take(&mut self.claims);
+        claims.sort();
+        let mut cursor = 0u64;
+        let mut last_owner = "start of the device";
+        for claim in &claims {
+            if claim.start < cursor {
+                let message = format!(
+                    "blocks {}..{} are claimed by both {} and {}",
+                    claim.start,
+                    cursor.min(claim.start + claim.length),
+                    last_owner,
+                    claim.owner
+                );
+                self.report
+                    .add(Problem::new("block accounting", Some(claim.start), message));
+            } else if claim.start > cursor {
+                self.report_lost(cursor, claim.start);
+            }
+            if claim.start + claim.length > cursor {
+                cursor = claim.start + claim.length;
+                last_owner = claim.owner;
+            }
+        }
+        if cursor < self.geometry.block_count {
+            self.report_lost(cursor, self.geometry.block_count);
+        }
+        self.claims = claims;
+    }
+
+    fn report_lost(&mut self, start: u64, end: u64) {
+        let message = format!(
+            "blocks {start}..{end} ({} blocks) belong to nothing",
+            end - start
+        );
+        self.report
+            .add(Problem::new("block accounting", Some(start), message));
+    }
+}

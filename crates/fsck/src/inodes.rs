@@ -1,0 +1,199 @@
+//! Inode trees and inodes: every chunk the inode tree records is read, every inode in it
+//! verifies, allocation agrees with the free mask, and file data is claimed.
+
+use cairn_format::agi::Agi;
+use cairn_format::btree_block::InodeRecord;
+use cairn_format::inode::{FileType, ForkFormat, InodeCore, fork_extents};
+use cairn_format::limits::INODES_PER_CHUNK;
+use cairn_format::{AgBlock, AgNumber, Expected, InodeNumber, MetaKind, OnDisk};
+
+use crate::check::Checker;
+use crate::report::Problem;
+use crate::tree::AgTree;
+
+impl Checker<'_> {
+    /// Checks AG `ag`'s inode and free-inode trees and every inode they cover. Returns the
+    /// (inodes, free inodes) the inode tree records.
+    pub fn check_inode_trees(&mut self, ag: u32, agi: &Agi) -> (u64, u64) {
+        let ino = AgTree {
+            kind: MetaKind::InoBtree,
+            ag,
+            root: agi.ino_root,
+            levels: agi.ino_levels,
+        };
+        let fino = AgTree {
+            kind: MetaKind::FinoBtree,
+            ag,
+            root: agi.fino_root,
+            levels: agi.fino_levels,
+        };
+        let chunks = self
+            .walk_ag_tree(ino)
+            .map(|raw| self.inode_records(ag, &raw));
+        let with_free = self
+            .walk_ag_tree(fino)
+            .map(|raw| self.inode_records(ag, &raw));
+        let Some(chunks) = chunks else { return (0, 0) };
+        for chunk in &chunks {
+            self.check_chunk(ag, chunk);
+        }
+        let expected_free: Vec<InodeRecord> = chunks
+            .iter()
+            .copied()
+            .filter(|c| c.free_count > 0)
+            .collect();
+        if with_free.is_some_and(|f| f != expected_free) {
+            let message = format!("AG {ag}: the free-inode tree disagrees with the inode tree");
+            self.report
+                .add(Problem::new(MetaKind::FinoBtree.name(), None, message));
+        }
+        let inodes = chunks.len() as u64 * u64::from(INODES_PER_CHUNK);
+        let free = chunks.iter().map(|c| u64::from(c.free_count)).sum();
+        let at = Some(agi.header.blkno);
+        if u64::from(agi.inode_count) != inodes || u64::from(agi.free_inodes) != free {
+            let message = format!(
+                "counts {} inodes / {} free, the inode tree holds {inodes} / {free}",
+                agi.inode_count, agi.free_inodes
+            );
+            self.report
+                .add(Problem::new(MetaKind::Agi.name(), at, message));
+        }
+        (inodes, free)
+    }
+
+    fn inode_records(&mut self, ag: u32, raw: &[Vec<u8>]) -> Vec<InodeRecord> {
+        let mut records = Vec::with_capacity(raw.len());
+        for bytes in raw {
+            match InodeRecord::decode(bytes) {
+                Ok(record) => records.push(record),
+                Err(err) => {
+                    let message = format!("AG {ag}: {err}");
+                    self.report
+                        .add(Problem::new(MetaKind::InoBtree.name(), None, message));
+                }
+            }
+        }
+        records
+    }
+
+    /// Reads one chunk and checks each of its inodes against the record's free mask.
+    fn check_chunk(&mut self, ag: u32, chunk: &InodeRecord) {
+        let g = self.geometry;
+        let first_block = chunk.start >> g.inodes_per_block_log;
+        let blocks = g.chunk_blocks();
+        let misaligned = !chunk.start.is_multiple_of(INODES_PER_CHUNK);
+        let end = u64::from(first_block) + u64::from(blocks);
+        if misaligned
+            || end > u64::from(g.ag_len(ag))
+            || chunk.free_count != chunk.free_mask.count_ones()
+        {
+            let message = format!("AG {ag}: chunk at AG inode {} is malformed", chunk.start);
+            self.report
+                .add(Problem::new(MetaKind::InoBtree.name(), None, message));
+            return;
+        }
+        let at = g.fs_block(AgNumber(ag), AgBlock(first_block));
+        self.claim(at.0, u64::from(blocks), "inode chunk");
+        let Some(data) = self.read_blocks(at, blocks, MetaKind::Inode.name()) else {
+            return;
+        };
+        let inode_size = g.inode_size as usize;
+        for slot in 0..INODES_PER_CHUNK {
+            let number = (u64::from(ag) << g.ag_inode_bits()) | u64::from(chunk.start + slot);
+            let raw = &data[slot as usize * inode_size..(slot as usize + 1) * inode_size];
+            let free = chunk.free_mask & (1 << slot) != 0;
+            self.check_inode(InodeNumber(number), raw, free);
+        }
+    }
+
+    fn check_inode(&mut self, number: InodeNumber, raw: &[u8], free: bool) {
+        self.report.inodes_checked += 1;
+        let expected = Expected {
+            kind: MetaKind::Inode,
+            blkno: number.0,
+            uuid: self.uuid,
+            owner: Some(number.0),
+        };
+        let core = match InodeCore::read(raw, &expected) {
+            Ok(core) => core,
+            Err(err) => {
+                return self.report.add(Problem::new(
+                    err.structure(),
+                    Some(number.0),
+                    err.to_string(),
+                ));
+            }
+        };
+        let problem = match (free, core.file_type()) {
+            (true, Some(_)) => Some("is in use but the chunk marks it free"),
+            (false, None) => Some("is free but the chunk marks it in use"),
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            let message = format!("inode {number} {problem}");
+            return self
+                .report
+                .add(Problem::new("inode", Some(number.0), message));
+        }
+        if !free {
+            self.check_data_fork(number, raw, &core);
+        }
+    }
+
+    /// Claims the blocks a file's extents map, after checking they lie inside the device.
+    fn check_data_fork(&mut self, number: InodeNumber, raw: &[u8], core: &InodeCore) {
+        let fork = &raw[core.data_fork_range(self.geometry.inode_size)];
+        match core.data_format {
+            ForkFormat::Local | ForkFormat::Device => {}
+            ForkFormat::Extents => match fork_extents(fork, core.data_extent_count) {
+                Ok(extents) => {
+                    for extent in extents {
+                        if extent.fs_end().0 > self.geometry.block_count {
+                            let message = format!("inode {number}: an extent ends past the device");
+                            self.report
+                                .add(Problem::new("inode", Some(number.0), message));
+                            continue;
+                        }
+                        self.claim(extent.fs_block.0, u64::from(extent.length), "file data");
+                    }
+                }
+                Err(err) => self
+                    .report
+                    .add(Problem::new("inode", Some(number.0), err.to_string())),
+            },
+            ForkFormat::Btree => {
+                let message = format!("inode {number}: extent trees are newer than this fsck");
+                self.report
+                    .add(Problem::new("inode", Some(number.0), message));
+            }
+        }
+    }
+
+    /// The root inode is allocated and a directory.
+    pub fn check_root_inode(&mut self) {
+        let root = InodeNumber(self.superblock.root_inode);
+        let Some((at, offset)) = self.geometry.inode_position(root) else {
+            return;
+        };
+        let Some(block) = self.read_block(at, MetaKind::Inode.name()) else {
+            return;
+        };
+        let raw = &block[offset..offset + self.geometry.inode_size as usize];
+        let expected = Expected {
+            kind: MetaKind::Inode,
+            blkno: root.0,
+            uuid: self.uuid,
+            owner: Some(root.0),
+        };
+        match InodeCore::read(raw, &expected) {
+            Ok(core) if core.file_type() == Some(FileType::Directory) => {}
+            Ok(_) => {
+                let message = format!("root inode {root} is not a directory");
+                self.report
+                    .add(Problem::new("root directory", Some(root.0), message));
+            }
+            // The chunk walk has already reported a damaged root inode.
+            Err(_) => {}
+        }
+    }
+}

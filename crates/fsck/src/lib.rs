@@ -1,0 +1,51 @@
+//! fsck.cairn: checks a cairn filesystem and reports every inconsistency it finds.
+//!
+//! Owns: the consistency rules that span blocks (verifiers check single blocks): superblock
+//! copies agree, both free-space trees hold the same merged extents, AG and superblock
+//! counters match what the trees hold, inode trees agree with the inodes, every block of the
+//! device belongs to exactly one owner.
+//! Invariants:
+//! - checking never writes to the device (it is opened read-only);
+//! - any damage is reported as a `Problem` naming the structure and block, never a panic; a
+//!   structure too damaged to follow is reported and skipped, and the check goes on.
+
+pub mod check;
+pub mod cli;
+mod inodes;
+pub mod probe;
+pub mod report;
+mod space;
+mod tree;
+
+use std::path::Path;
+
+use cairn_blockdev::DeviceError;
+
+pub use report::{Problem, Report};
+
+/// Why a check could not run at all (as opposed to finding problems).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FsckError {
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+}
+
+/// Checks the filesystem on `path`. Problems are in the report; `Err` means the device could
+/// not be read at all.
+pub fn check_path(path: &Path, buffered: bool) -> Result<Report, FsckError> {
+    let opened = probe::open(path, buffered)?;
+    Ok(check_opened(&opened))
+}
+
+/// Checks an opened device whose primary superblock has been read.
+pub fn check_opened(opened: &probe::Opened) -> Report {
+    match &opened.primary {
+        Ok(sb) => check::Checker::new(&opened.device, sb.clone()).run(),
+        Err(err) => {
+            let mut report = Report::default();
+            report.add(Problem::from_format(0, err));
+            report
+        }
+    }
+}
