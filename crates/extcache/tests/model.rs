@@ -87,20 +87,34 @@ fn range() -> impl Strategy<Value = (u64, u64)> {
     (0..SPACE).prop_flat_map(|start| (Just(start), 1..=(SPACE - start).min(12)))
 }
 
+/// An edit kind that takes an inode and a range.
+type RangeOp = fn(usize, u64, u64) -> Op;
+
+fn range_op(kind: RangeOp) -> impl Strategy<Value = Op> {
+    (0..INODES, range()).prop_map(move |(inode, (start, count))| kind(inode, start, count))
+}
+
 fn op() -> impl Strategy<Value = Op> {
     let inode = 0..INODES;
+    let allocate = (inode.clone(), range(), any::<bool>(), 0..3u64).prop_map(
+        |(inode, (start, count), unwritten, shift)| Op::Allocate {
+            inode,
+            start,
+            count,
+            unwritten,
+            shift,
+        },
+    );
     prop_oneof![
         4 => (inode.clone(), 0..SPACE).prop_map(|(inode, block)| Op::Lookup { inode, block }),
-        3 => (inode.clone(), range()).prop_map(|(inode, (start, count))| Op::Fill { inode, start, count }),
-        3 => (inode.clone(), range(), any::<bool>(), 0..3u64).prop_map(
-            |(inode, (start, count), unwritten, shift)| Op::Allocate { inode, start, count, unwritten, shift }
-        ),
-        1 => (inode.clone(), range()).prop_map(|(inode, (start, count))| Op::Delay { inode, start, count }),
-        2 => (inode.clone(), range()).prop_map(|(inode, (start, count))| Op::Convert { inode, start, count }),
-        1 => (inode.clone(), range()).prop_map(|(inode, (start, count))| Op::Punch { inode, start, count }),
-        1 => (inode.clone(), range()).prop_map(|(inode, (start, count))| Op::Remove { inode, start, count }),
+        3 => range_op(|inode, start, count| Op::Fill { inode, start, count }),
+        3 => allocate,
+        1 => range_op(|inode, start, count| Op::Delay { inode, start, count }),
+        2 => range_op(|inode, start, count| Op::Convert { inode, start, count }),
+        1 => range_op(|inode, start, count| Op::Punch { inode, start, count }),
+        1 => range_op(|inode, start, count| Op::Remove { inode, start, count }),
         1 => (inode.clone(), 0..SPACE).prop_map(|(inode, start)| Op::Truncate { inode, start }),
-        1 => (inode.clone(), range()).prop_map(|(inode, (start, count))| Op::Pin { inode, start, count }),
+        1 => range_op(|inode, start, count| Op::Pin { inode, start, count }),
         1 => (0..4usize).prop_map(|index| Op::Unpin { index }),
         2 => (1..40u32).prop_map(|nr_to_scan| Op::Shrink { nr_to_scan }),
         1 => inode.prop_map(|inode| Op::Reopen { inode }),
