@@ -1,5 +1,6 @@
 //! The global half of the cache: configuration, the reclaim list, the shrinker and its thread.
 
+use crate::clock::thread_cpu_ns;
 use crate::error::ExtCacheError;
 use crate::inode::{InodeExtents, InodeTree};
 use crate::limits::{
@@ -93,7 +94,10 @@ pub struct ShrinkOutcome {
     pub freed: u32,
     pub inodes_walked: u32,
     pub inodes_scanned: u32,
+    /// Wall-clock time of the call, preemption included.
     pub elapsed_ns: u64,
+    /// CPU time the calling thread spent in the call: the call's own work.
+    pub cpu_ns: u64,
 }
 
 /// State shared by the cache handle, every inode handle and the shrinker thread.
@@ -200,6 +204,7 @@ impl ExtentCache {
     /// waits for an inode's tree lock: a busy inode is skipped.
     pub fn shrink(&self, nr_to_scan: u32) -> ShrinkOutcome {
         let started = Instant::now();
+        let cpu_started = thread_cpu_ns();
         let shared = &*self.shared;
         let mut budget = nr_to_scan.min(SCAN_ENTRIES_PER_CALL_MAX);
         let mut outcome = ShrinkOutcome::default();
@@ -235,6 +240,7 @@ impl ExtentCache {
             outcome.inodes_scanned += 1;
         }
         outcome.elapsed_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        outcome.cpu_ns = thread_cpu_ns().saturating_sub(cpu_started);
         self.record_scan(&outcome, rotated, busy);
         outcome
     }

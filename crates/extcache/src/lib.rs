@@ -23,6 +23,7 @@
 //!   waits for an inode's lock.
 
 mod cache;
+mod clock;
 mod error;
 mod extent;
 mod inode;

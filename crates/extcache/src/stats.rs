@@ -50,6 +50,9 @@ pub(crate) struct Stats {
     pub(crate) scans: CachePadded<AtomicU64>,
     pub(crate) scan_ns_total: AtomicU64,
     pub(crate) scan_ns_max: AtomicU64,
+    pub(crate) scan_cpu_ns_total: AtomicU64,
+    pub(crate) scan_cpu_ns_max: AtomicU64,
+    pub(crate) scans_over_1ms: AtomicU64,
     pub(crate) shrunk_total: AtomicU64,
     pub(crate) examined_total: AtomicU64,
     pub(crate) inodes_skipped_busy: AtomicU64,
@@ -71,6 +74,11 @@ pub struct StatsSnapshot {
     pub scans: u64,
     pub scan_time_avg_ns: u64,
     pub scan_time_max_ns: u64,
+    /// CPU time of the scans (wall time minus time spent preempted).
+    pub scan_cpu_avg_ns: u64,
+    pub scan_cpu_max_ns: u64,
+    /// Scans whose wall time exceeded one millisecond.
+    pub scans_over_1ms: u64,
     pub shrunk_objects_total: u64,
     pub examined_objects_total: u64,
     /// Inodes the shrinker skipped because their tree was locked (it never waits).
@@ -109,6 +117,7 @@ impl StatsSnapshot {
             hits: self.hits.saturating_sub(earlier.hits),
             misses: self.misses.saturating_sub(earlier.misses),
             scans,
+            scans_over_1ms: self.scans_over_1ms.saturating_sub(earlier.scans_over_1ms),
             scan_time_avg_ns: scan_ns.checked_div(scans).unwrap_or(0),
             shrunk_objects_total: self
                 .shrunk_objects_total
@@ -144,6 +153,11 @@ impl Stats {
                 .checked_div(scans)
                 .unwrap_or(0),
             scan_time_max_ns: self.scan_ns_max.load(Ordering::Relaxed),
+            scan_cpu_avg_ns: (self.scan_cpu_ns_total.load(Ordering::Relaxed))
+                .checked_div(scans)
+                .unwrap_or(0),
+            scan_cpu_max_ns: self.scan_cpu_ns_max.load(Ordering::Relaxed),
+            scans_over_1ms: self.scans_over_1ms.load(Ordering::Relaxed),
             shrunk_objects_total: self.shrunk_total.load(Ordering::Relaxed),
             examined_objects_total: self.examined_total.load(Ordering::Relaxed),
             inodes_skipped_busy: self.inodes_skipped_busy.load(Ordering::Relaxed),
@@ -201,8 +215,11 @@ impl fmt::Display for StatsSnapshot {
         )?;
         writeln!(f, "average:")?;
         writeln!(f, "  {} ns scan time", self.scan_time_avg_ns)?;
+        writeln!(f, "  {} ns scan cpu time", self.scan_cpu_avg_ns)?;
         writeln!(f, "  {:.1} shrunk objects", self.shrunk_per_scan_avg())?;
         writeln!(f, "maximum:")?;
-        write!(f, "  {} ns max scan time", self.scan_time_max_ns)
+        writeln!(f, "  {} ns max scan time", self.scan_time_max_ns)?;
+        writeln!(f, "  {} ns max scan cpu time", self.scan_cpu_max_ns)?;
+        write!(f, "  {} scans over 1 ms", self.scans_over_1ms)
     }
 }

@@ -13,7 +13,8 @@
 //! Phases, each run by two worker threads: populate (fill every inode's whole map), mixed
 //! (80% reads, 20% writes), random-read and, for reference, uniform-read. Reads and writes pick
 //! a hot inode (the first 10%) nine times out of ten, else any inode; the uniform phase picks
-//! any inode. Usage: `extcache-pressure [--reclaim background|direct] [--quick]`.
+//! any inode. Usage: `extcache-pressure [--reclaim direct|background] [--quick]`; direct (the
+//! workers call `maybe_shrink` after each edit) is the default.
 
 use cairn_extcache::{CacheConfig, Extent, ExtentCache, ExtentState, InodeExtents, StatsSnapshot};
 use parking_lot::RwLock;
@@ -343,7 +344,7 @@ fn parse_plan() -> Result<Plan, Box<dyn Error>> {
         uniform_ops_per_worker: 500_000,
         high_entries: 1_100_000,
         low_entries: 1_050_000,
-        background: true,
+        background: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
