@@ -285,7 +285,15 @@ mod tests {
 
         // Arbitrary raw values never panic the validator.
         #[test]
-        fn arbitrary_geometry_never_panics(bs: u32, ss: u32, is: u32, bc: u64, agb: u32, ls: u64, lb: u32) {
+        fn arbitrary_geometry_never_panics(
+            bs: u32,
+            ss: u32,
+            is: u32,
+            bc: u64,
+            agb: u32,
+            ls: u64,
+            lb: u32,
+        ) {
             let _ = Geometry::new(bs, ss, is, bc, agb, ls, lb);
         }
     }

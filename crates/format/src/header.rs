@@ -343,7 +343,14 @@ mod tests {
         }
 
         #[test]
-        fn header_round_trip(magic: u32, crc: u32, blkno: u64, lsn: u64, uuid: [u8; 16], owner: u64) {
+        fn header_round_trip(
+            magic: u32,
+            crc: u32,
+            blkno: u64,
+            lsn: u64,
+            uuid: [u8; 16],
+            owner: u64,
+        ) {
             let header = MetaHeader { magic, crc, blkno, lsn: Lsn(lsn), uuid, owner };
             prop_assert_eq!(MetaHeader::decode(&header.to_bytes()).unwrap(), header);
         }

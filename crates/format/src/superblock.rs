@@ -244,6 +244,49 @@ mod tests {
         block
     }
 
+    proptest::proptest! {
+        // Encoding then decoding gives the same superblock, for any geometry that validates.
+        #[test]
+        fn superblock_round_trip(
+            block_log in 9u32..17,
+            ag_count in 1u64..8,
+            counters: (u64, u64, u64),
+            features_compat: u64,
+            label: [u8; LABEL_LEN_MAX],
+            created_secs: i64,
+            extent_size_hint: u32,
+        ) {
+            let block_size = 1u32 << block_log;
+            let inode_size = (block_size / 64).clamp(256, 2048).min(block_size);
+            let ag_blocks = 4096u32;
+            let geometry = Geometry::new(
+                block_size, 512, inode_size, ag_count * 4096, ag_blocks, 64, 64,
+            ).unwrap();
+            let sb = Superblock {
+                header: MetaHeader::new(MetaKind::Superblock, 0, [7; 16], 0),
+                geometry,
+                features_compat,
+                features_ro_compat: 0,
+                features_incompat: 0,
+                root_inode: geometry.inode_number(crate::AgNumber(0), crate::AgBlock(8), 0).0,
+                free_blocks: counters.0,
+                inode_count: counters.1,
+                free_inodes: counters.2,
+                label,
+                created_secs,
+                extent_size_hint,
+            };
+            proptest::prop_assert_eq!(Superblock::decode(&sb.to_bytes()).unwrap(), sb);
+        }
+
+        // Decoding arbitrary bytes gives a superblock or an error, never a panic.
+        #[test]
+        fn random_bytes_never_panic(raw in proptest::collection::vec(0u8..=255, 0..300)) {
+            let _ = Superblock::decode(&raw);
+            let _ = Superblock::read_primary(&raw);
+        }
+    }
+
     // Checks that the primary superblock is found in a head longer than one block.
     #[test]
     fn primary_reads_from_a_longer_head() {

@@ -94,7 +94,8 @@ fn print_report(args: &Args, report: &Report) {
         format!("{} problems left uncorrected", report.problems.len())
     };
     println!(
-        "{}: {verdict}; {} blocks and {} inodes checked, {} inodes in use, {} free blocks in {} extents",
+        "{}: {verdict}; {} blocks and {} inodes checked, {} inodes in use, \
+         {} free blocks in {} extents",
         args.device.display(),
         report.blocks_checked,
         report.inodes_checked,
