@@ -255,6 +255,15 @@ impl ExtentCache {
             .scan_ns_max
             .fetch_max(outcome.elapsed_ns, Ordering::Relaxed);
         stats
+            .scan_cpu_ns_total
+            .fetch_add(outcome.cpu_ns, Ordering::Relaxed);
+        stats
+            .scan_cpu_ns_max
+            .fetch_max(outcome.cpu_ns, Ordering::Relaxed);
+        if outcome.elapsed_ns > 1_000_000 {
+            stats.scans_over_1ms.fetch_add(1, Ordering::Relaxed);
+        }
+        stats
             .shrunk_total
             .fetch_add(u64::from(outcome.freed), Ordering::Relaxed);
         stats
