@@ -3,9 +3,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::fs::OpenOptions as FsOpenOptions;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
-use std::process::{Command, Output, Stdio};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::process::{Command, Output};
 
+use cairn::{LockHolder, output_text as text};
 use cairn_blockdev::{FileDevice, OpenOptions};
 use cairn_format::MetaKind;
 use cairn_format::limits::AG_FIRST_FREE;
@@ -16,14 +17,6 @@ fn fsck(args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 /// Formats a fresh image of `bytes` at `path` through the mkfs library.
@@ -166,23 +159,11 @@ fn device_held_by_a_writer() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("held");
     make_image(&path, 16 << 20, &Request::default());
-    let script = "import fcntl,sys,time\nf=open(sys.argv[1],'r+b')\n\
-                  fcntl.lockf(f,fcntl.LOCK_EX)\nprint('locked',flush=True)\ntime.sleep(30)";
-    let mut holder = Command::new("python3")
-        .args(["-c", script, path.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(holder.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let holder = LockHolder::new(&path);
     let out = fsck(&[path.to_str().unwrap()]);
-    holder.kill().unwrap();
-    holder.wait().unwrap();
     assert_eq!(out.status.code(), Some(8), "{}", text(&out));
     assert!(
-        text(&out).contains(&format!("pid {}", holder.id())),
+        text(&out).contains(&format!("pid {}", holder.pid())),
         "{}",
         text(&out)
     );

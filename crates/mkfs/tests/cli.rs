@@ -1,23 +1,16 @@
 //! mkfs.cairn as users run it: geometry output, refusals and exit codes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
+
+use cairn::{LockHolder, output_text as text};
 
 fn mkfs(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mkfs-cairn"))
         .args(args)
         .output()
         .unwrap()
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 fn image(dir: &tempfile::TempDir, name: &str) -> String {
@@ -136,23 +129,11 @@ fn device_held_by_another_process() {
     let dir = tempfile::tempdir().unwrap();
     let path = image(&dir, "held.img");
     std::fs::write(&path, vec![0u8; 16 << 20]).unwrap();
-    let script = "import fcntl,sys,time\nf=open(sys.argv[1],'r+b')\n\
-                  fcntl.lockf(f,fcntl.LOCK_EX)\nprint('locked',flush=True)\ntime.sleep(30)";
-    let mut holder = Command::new("python3")
-        .args(["-c", script, &path])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(holder.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let holder = LockHolder::new(Path::new(&path));
     let out = mkfs(&["-q", &path]);
-    holder.kill().unwrap();
-    holder.wait().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out).contains(&format!("pid {}", holder.id())),
+        text(&out).contains(&format!("pid {}", holder.pid())),
         "{}",
         text(&out)
     );
