@@ -1,0 +1,1 @@
+//! Free-space management (being written).
