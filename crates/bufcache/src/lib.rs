@@ -35,6 +35,7 @@ mod ranges;
 mod reclaim;
 mod shard;
 mod stats;
+pub mod trace;
 
 pub use buffer::{BufHandle, BufKey};
 pub use cache::BufferCache;

@@ -1,4 +1,5 @@
 //! Behaviour of each public operation on a small formatted memory device.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! Shared test setup: a memory device whose blocks carry valid headers, and cache builders.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::sync::Arc;
 
