@@ -27,6 +27,21 @@ impl Cursor {
         self.path.first().copied().unwrap_or_default()
     }
 
+    /// Whether the cursor is in the tree's last leaf (every level on its block's last entry
+    /// above the leaf).
+    pub fn in_last_leaf(&self) -> bool {
+        self.path
+            .iter()
+            .skip(1)
+            .all(|step| step.index + 1 == step.count)
+    }
+
+    /// Records after the cursor's in its leaf.
+    pub fn leaf_records_after(&self) -> usize {
+        let leaf = self.leaf();
+        leaf.count.saturating_sub(leaf.index + 1)
+    }
+
     /// The leaf block (tree pointer) and index the cursor is on.
     pub fn position(&self) -> (u64, usize) {
         let leaf = self.leaf();

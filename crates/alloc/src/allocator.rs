@@ -1,0 +1,337 @@
+//! The allocator over all AGs: AG order, free-list upkeep, busy extents and statistics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cairn_btree::Buffers;
+use cairn_format::{AgNumber, FsBlock, Geometry};
+use parking_lot::Mutex;
+
+use crate::AllocError;
+use crate::ag::AgCtx;
+use crate::busy::{BusyExtents, LogSequence};
+use crate::request::{Allocation, Mode, Request};
+use crate::search::{Search, by_size, exact, near};
+use crate::space::{AgSpace, free_list_need};
+
+/// In-memory state of one AG, behind its lock.
+#[derive(Debug, Default)]
+pub(crate) struct AgState {
+    pub busy: BusyExtents,
+    /// Longest free extent when last seen (`None` before the AG was first read): lets the
+    /// allocator skip AGs without locking their headers.
+    pub longest_hint: Option<u32>,
+}
+
+/// Counters of the allocator (monotonic, relaxed).
+#[derive(Debug, Default)]
+struct Stats {
+    allocations: AtomicU64,
+    failures: AtomicU64,
+    frees: AtomicU64,
+    records_visited: AtomicU64,
+    last_records_visited: AtomicU64,
+    log_forces: AtomicU64,
+    busy_retries: AtomicU64,
+}
+
+/// A snapshot of the allocator's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AllocStats {
+    pub allocations: u64,
+    pub failures: u64,
+    pub frees: u64,
+    /// Free-space records looked at by all searches.
+    pub records_visited: u64,
+    /// Records looked at by the most recent search.
+    pub last_records_visited: u64,
+    pub log_forces: u64,
+    pub busy_retries: u64,
+}
+
+/// The extent allocator of one filesystem.
+#[derive(Debug)]
+pub struct Allocator {
+    pub(crate) geometry: Geometry,
+    pub(crate) uuid: [u8; 16],
+    pub(crate) ags: Vec<Mutex<AgState>>,
+    stats: Stats,
+}
+
+impl Allocator {
+    pub fn new(geometry: Geometry, uuid: [u8; 16]) -> Self {
+        Self {
+            ags: (0..geometry.ag_count)
+                .map(|_| Mutex::new(AgState::default()))
+                .collect(),
+            geometry,
+            uuid,
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    pub fn stats(&self) -> AllocStats {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        AllocStats {
+            allocations: load(&self.stats.allocations),
+            failures: load(&self.stats.failures),
+            frees: load(&self.stats.frees),
+            records_visited: load(&self.stats.records_visited),
+            last_records_visited: load(&self.stats.last_records_visited),
+            log_forces: load(&self.stats.log_forces),
+            busy_retries: load(&self.stats.busy_retries),
+        }
+    }
+
+    /// The busy ranges of AG `ag` (a copy).
+    pub fn busy_extents(&self, ag: AgNumber) -> Vec<crate::BusyExtent> {
+        self.ags
+            .get(ag.0 as usize)
+            .map(|s| s.lock().busy.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// AGs to try, in an order that keeps locks ascending within a transaction: the target's
+    /// AG and those above it, then (only if none of those was locked) the ones from
+    /// `lowest_ag` up to the target's.
+    fn ag_order(&self, request: &Request) -> (Vec<u32>, Vec<u32>) {
+        let count = self.geometry.ag_count;
+        let lowest = request.lowest_ag.0.min(count);
+        let target = self
+            .geometry
+            .ag_of(request.target)
+            .0
+            .clamp(lowest, count.saturating_sub(1));
+        ((target..count).collect(), (lowest..target).collect())
+    }
+
+    /// Allocates per `request`, trying AGs in lock order. `Ok(None)` when no AG can satisfy it.
+    pub fn allocate<'c, B: Buffers<'c>>(
+        &self,
+        bufs: &mut B,
+        log: &dyn LogSequence,
+        request: &Request,
+    ) -> Result<Option<Allocation>, AllocError> {
+        request.validate()?;
+        let (first, wrapped) = self.ag_order(request);
+        let mut locked_any = false;
+        for ag in first {
+            if let Some(found) = self.try_ag(bufs, log, request, ag, &mut locked_any)? {
+                return Ok(Some(found));
+            }
+        }
+        if !locked_any && request.mode != Mode::Exact {
+            for ag in wrapped {
+                if let Some(found) = self.try_ag(bufs, log, request, ag, &mut locked_any)? {
+                    return Ok(Some(found));
+                }
+            }
+        }
+        self.stats.failures.fetch_add(1, Ordering::Relaxed);
+        Ok(None)
+    }
+
+    fn try_ag<'c, B: Buffers<'c>>(
+        &self,
+        bufs: &mut B,
+        log: &dyn LogSequence,
+        request: &Request,
+        ag: u32,
+        locked_any: &mut bool,
+    ) -> Result<Option<Allocation>, AllocError> {
+        let Some(state) = self.ags.get(ag as usize) else {
+            return Ok(None);
+        };
+        let mut state = state.lock();
+        if state.longest_hint.is_some_and(|l| l < request.min_len) {
+            return Ok(None);
+        }
+        *locked_any = true;
+        let found = self.allocate_in(bufs, log, request, AgNumber(ag), &mut state)?;
+        Ok(found)
+    }
+
+    /// One AG: refill the free list, search, and carve the winner out of both trees. If busy
+    /// ranges cost every candidate, force the log once and search again.
+    fn allocate_in<'c, B: Buffers<'c>>(
+        &self,
+        bufs: &mut B,
+        log: &dyn LogSequence,
+        request: &Request,
+        ag: AgNumber,
+        state: &mut AgState,
+    ) -> Result<Option<Allocation>, AllocError> {
+        state.busy.clear_durable(log.durable_sequence());
+        let mut ctx = AgCtx::open(bufs, &self.geometry, self.uuid, ag)?;
+        let mut space = AgSpace::open(&ctx)?;
+        if !self.fill_free_list(&mut ctx, &mut space, state, log)? {
+            state.longest_hint = Some(ctx.agf.longest_free);
+            return Ok(None);
+        }
+        let mut forced = false;
+        let result = loop {
+            let mut search = self.search(&mut ctx, &space, request, &state.busy)?;
+            self.count_visits(search.records_visited);
+            if let Some(found) = search.best.take() {
+                space.carve(
+                    &mut ctx,
+                    found.record,
+                    found.place.start,
+                    found.place.length,
+                )?;
+                self.stats.allocations.fetch_add(1, Ordering::Relaxed);
+                break Some(Allocation {
+                    ag,
+                    start: found.place.start,
+                    length: found.place.length,
+                    fs_start: ctx.fs_block(found.place.start),
+                });
+            }
+            let Some(sequence) = search.busy_sequence.filter(|_| !forced) else {
+                break None;
+            };
+            forced = true;
+            self.stats.log_forces.fetch_add(1, Ordering::Relaxed);
+            log.force(sequence)
+                .map_err(|what| AllocError::LogForce { sequence, what })?;
+            state.busy.clear_durable(log.durable_sequence());
+            self.stats.busy_retries.fetch_add(1, Ordering::Relaxed);
+        };
+        state.longest_hint = Some(ctx.agf.longest_free);
+        Ok(result)
+    }
+
+    fn count_visits(&self, visited: u64) {
+        self.stats
+            .records_visited
+            .fetch_add(visited, Ordering::Relaxed);
+        self.stats
+            .last_records_visited
+            .store(visited, Ordering::Relaxed);
+    }
+
+    /// Runs the request's mode in one AG; the search holds the winner, if any.
+    fn search<'a, 'c, B: Buffers<'c>>(
+        &self,
+        ctx: &mut AgCtx<'_, B>,
+        space: &AgSpace,
+        request: &Request,
+        busy: &'a BusyExtents,
+    ) -> Result<Search<'a>, AllocError> {
+        let spare = ctx.agf.free_blocks.saturating_sub(request.min_left);
+        let wanted = request.max_len.min(ctx.agf.longest_free).min(spare);
+        let wanted = wanted - wanted % request.len_multiple;
+        let target = if self.geometry.ag_of(request.target) == ctx.ag() {
+            self.geometry.ag_block_of(request.target).0
+        } else {
+            0
+        };
+        let mut search = Search::new(*request, wanted, target, busy);
+        if wanted < request.min_len {
+            return Ok(search);
+        }
+        match request.mode {
+            Mode::Near => near(ctx, space, &mut search)?,
+            Mode::Size => by_size(ctx, space, &mut search)?,
+            Mode::Exact => exact(ctx, space, &mut search)?,
+        }
+        Ok(search)
+    }
+
+    /// Frees `length` blocks at `start` (all in one AG), freed by the transaction that will
+    /// commit with `sequence`: they join both trees, merged with free neighbours, and stay
+    /// busy until that commit is durable.
+    pub fn free<'c, B: Buffers<'c>>(
+        &self,
+        bufs: &mut B,
+        log: &dyn LogSequence,
+        start: FsBlock,
+        length: u32,
+        sequence: u64,
+    ) -> Result<(), AllocError> {
+        let ag = self.geometry.ag_of(start);
+        let ag_start = self.geometry.ag_block_of(start).0;
+        let bad = |why| AllocError::BadFree {
+            ag: ag.0,
+            start: ag_start,
+            length,
+            why,
+        };
+        let state = self.ags.get(ag.0 as usize).ok_or(bad("no such AG"))?;
+        let end = u64::from(ag_start) + u64::from(length);
+        if length == 0 || end > u64::from(self.geometry.ag_len(ag.0)) {
+            return Err(bad("empty or crosses the AG's end"));
+        }
+        let mut state = state.lock();
+        let mut ctx = AgCtx::open(bufs, &self.geometry, self.uuid, ag)?;
+        let mut space = AgSpace::open(&ctx)?;
+        // Merging into the trees can split blocks, so the free list is topped up first. A full
+        // AG may not manage that; the free then fails only if a split really needs a block.
+        self.fill_free_list(&mut ctx, &mut space, &mut state, log)?;
+        space.add(&mut ctx, ag_start, length)?;
+        state.busy.insert(ag_start, length, sequence);
+        trim_free_list(&mut ctx, &mut space, &mut state.busy, sequence)?;
+        state.longest_hint = Some(ctx.agf.longest_free);
+        self.stats.frees.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl Allocator {
+    /// Tops the free list up to what the worst split chain of both trees needs, with single
+    /// non-busy blocks taken by size (smallest extents first). When only busy blocks are
+    /// left, forces the log once so they become usable. False if the AG still cannot.
+    fn fill_free_list<'c, B: Buffers<'c>>(
+        &self,
+        ctx: &mut AgCtx<'_, B>,
+        space: &mut AgSpace,
+        state: &mut AgState,
+        log: &dyn LogSequence,
+    ) -> Result<bool, AllocError> {
+        let mut forced = false;
+        while ctx.agf.free_list_count < free_list_need(space.bno.levels(), space.cnt.levels()) {
+            let request = Request::near(FsBlock(0), 1, 1).with_mode(Mode::Size);
+            let mut search = Search::new(request, 1, 0, &state.busy);
+            by_size(ctx, space, &mut search)?;
+            self.count_visits(search.records_visited);
+            if let Some(found) = search.best {
+                space.carve(ctx, found.record, found.place.start, 1)?;
+                ctx.push_free_list(found.place.start)?;
+                continue;
+            }
+            let Some(sequence) = state.busy.iter().map(|b| b.sequence).max() else {
+                return Ok(false);
+            };
+            if forced {
+                return Ok(false);
+            }
+            forced = true;
+            self.stats.log_forces.fetch_add(1, Ordering::Relaxed);
+            log.force(sequence)
+                .map_err(|what| AllocError::LogForce { sequence, what })?;
+            state.busy.clear_durable(log.durable_sequence());
+        }
+        Ok(true)
+    }
+}
+
+/// Returns free-list blocks beyond twice the need to free space (busy, as freed now).
+fn trim_free_list<'c, B: Buffers<'c>>(
+    ctx: &mut AgCtx<'_, B>,
+    space: &mut AgSpace,
+    busy: &mut BusyExtents,
+    sequence: u64,
+) -> Result<(), AllocError> {
+    let high = 2 * free_list_need(space.bno.levels(), space.cnt.levels());
+    while ctx.agf.free_list_count > high {
+        let Some(block) = ctx.pop_free_list()? else {
+            break;
+        };
+        space.add(ctx, block, 1)?;
+        busy.insert(block, 1, sequence);
+    }
+    Ok(())
+}
