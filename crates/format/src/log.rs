@@ -24,9 +24,15 @@
 //! | 48     | 4    | op_count            | log items in the payload                       |
 //! | 52     | 4    | reserved            | zero                                           |
 //! | 56     | 16   | uuid                | filesystem UUID                                |
-//! | 72     | 56   | spare               | zero                                           |
+//! | 72     | 8    | tail_lsn            | log tail when written (recovery starts there)   |
+//! | 80     | 48   | spare               | zero                                           |
 //!
 //! LSN: `(cycle << 32) | offset`, where offset counts 512-byte sectors from the log start.
+//! `tail_lsn` is never greater than `lsn`: everything logged before it is already written home.
+//!
+//! A Buffer item with no regions is a cancel record: the block was freed, and recovery must not
+//! replay any earlier image of it. A record with `op_count` 0 is a filler that pads the log to
+//! its physical end before the writer wraps to offset 0.
 //!
 //! Log item (8-byte aligned, packed back to back in the payload): a 16-byte item header
 //! (type u16 @0, flags u16 @2, body length u32 @4, object id u64 @8), then the body, padded
@@ -82,6 +88,7 @@ pub struct LogRecordHeader {
     pub payload_crc: u32,
     pub op_count: u32,
     pub uuid: [u8; 16],
+    pub tail_lsn: Lsn,
 }
 
 impl OnDisk for LogRecordHeader {
@@ -101,7 +108,8 @@ impl OnDisk for LogRecordHeader {
         put_u32(out, 48, self.op_count);
         put_u32(out, 52, 0);
         put_bytes(out, 56, &self.uuid);
-        out[72..Self::SIZE].fill(0);
+        put_u64(out, 72, self.tail_lsn.0);
+        out[80..Self::SIZE].fill(0);
     }
 
     fn decode(raw: &[u8]) -> Result<Self, FormatError> {
@@ -128,12 +136,20 @@ impl OnDisk for LogRecordHeader {
             payload_crc: get_u32(raw, 44),
             op_count: get_u32(raw, 48),
             uuid: get_bytes::<16>(raw, 56),
+            tail_lsn: Lsn(get_u64(raw, 72)),
         };
         if header.cycle == 0 || header.cycle != lsn.cycle() {
             return Err(bad(
                 "cycle",
                 header.cycle.into(),
                 "zero or disagrees with the LSN",
+            ));
+        }
+        if header.tail_lsn > lsn {
+            return Err(bad(
+                "tail_lsn",
+                header.tail_lsn.0,
+                "past the record's own LSN",
             ));
         }
         if header.flags & !LOG_FLAGS_KNOWN != 0 {
@@ -494,6 +510,7 @@ mod tests {
             payload_crc: 0,
             op_count: 2,
             uuid: [7; 16],
+            tail_lsn: Lsn::new(3, 8),
         }
     }
 
@@ -593,11 +610,13 @@ mod tests {
         fn record_header_round_trip(
             cycle in 1u32.., block: u32, flags in 0u32..4, prev: u64, sequence: u64,
             payload in 0u32..=LOG_RECORD_PAYLOAD_MAX, crcs: (u32, u32), ops: u32, uuid: [u8; 16],
+            tail_back: u64,
         ) {
+            let lsn = Lsn::new(cycle, block);
             let header = LogRecordHeader {
-                header_crc: crcs.0, cycle, flags, lsn: Lsn::new(cycle, block), prev_lsn: Lsn(prev),
+                header_crc: crcs.0, cycle, flags, lsn, prev_lsn: Lsn(prev),
                 checkpoint_sequence: sequence, payload_bytes: payload, payload_crc: crcs.1,
-                op_count: ops, uuid,
+                op_count: ops, uuid, tail_lsn: Lsn(lsn.0.saturating_sub(tail_back)),
             };
             prop_assert_eq!(LogRecordHeader::decode(&header.to_bytes()).unwrap(), header);
         }

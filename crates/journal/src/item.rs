@@ -1,0 +1,188 @@
+//! Log items as the CIL holds them (log vectors), their identities, sizes and encoding.
+
+use std::ops::Range;
+
+use cairn_bufcache::{BufHandle, BufKey, ReadSpec};
+use cairn_format::log::{FreeExtent, LogItem};
+use cairn_format::{FsBlock, InodeNumber};
+
+use crate::JournalError;
+use crate::config::{ITEM_HEADER_BYTES, VECTOR_REGIONS_MAX};
+
+/// Identifies one extent-free intent and its done item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IntentId(pub u64);
+
+/// The checkpoint sequence a commit went into; forcing it makes that commit durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct CommitSequence(pub u64);
+
+/// What a log item describes; one CIL entry and one AIL entry per key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum ItemKey {
+    Buffer(FsBlock),
+    Inode(InodeNumber),
+    Intent(IntentId),
+}
+
+/// A buffer's log vector: the union of its changed regions since it entered the context.
+#[derive(Debug, Clone)]
+pub(crate) struct BufferVector {
+    pub(crate) key: BufKey,
+    pub(crate) spec: ReadSpec,
+    /// Length of the buffer in bytes.
+    pub(crate) len_bytes: u32,
+    /// The block was freed (in this context) before the regions below were logged.
+    pub(crate) cancel_first: bool,
+    pub(crate) regions: Vec<(u32, u32)>,
+    pub(crate) data: Vec<u8>,
+    /// Every buffer this vector pinned (one per buffer object; a freed and reallocated block
+    /// has two). Unpinned when the checkpoint completes.
+    pub(crate) pinned: Vec<BufHandle>,
+}
+
+/// A CIL entry's content.
+#[derive(Debug, Clone)]
+pub(crate) enum Vector {
+    Buffer(BufferVector),
+    Inode { image: Vec<u8> },
+    Intent { extents: Vec<FreeExtent> },
+    Done,
+}
+
+/// Encoded size of a buffer item with `region_count` regions and `data_bytes` of data.
+pub(crate) fn buffer_item_bytes(region_count: usize, data_bytes: usize) -> u64 {
+    (ITEM_HEADER_BYTES + 8 + 8 * region_count as u64 + data_bytes as u64).next_multiple_of(8)
+}
+
+impl Vector {
+    /// Bytes this vector takes in a checkpoint (a cancel record counts as an empty buffer item).
+    pub(crate) fn encoded_bytes(&self) -> u64 {
+        match self {
+            Self::Buffer(buffer) => {
+                let cancel = if buffer.cancel_first {
+                    buffer_item_bytes(0, 0)
+                } else {
+                    0
+                };
+                let body = match buffer.regions.is_empty() {
+                    true => 0,
+                    false => buffer_item_bytes(buffer.regions.len(), buffer.data.len()),
+                };
+                cancel + body
+            }
+            Self::Inode { image } => (ITEM_HEADER_BYTES + image.len() as u64).next_multiple_of(8),
+            Self::Intent { extents } => ITEM_HEADER_BYTES + 8 + 16 * extents.len() as u64,
+            Self::Done => ITEM_HEADER_BYTES + 8,
+        }
+    }
+
+    /// The format's items for this vector, in replay order.
+    pub(crate) fn to_log_items(&self, key: ItemKey) -> Vec<LogItem> {
+        match (self, key) {
+            (Self::Buffer(buffer), _) => {
+                let block = buffer.key.block;
+                let block_bytes = buffer.len_bytes;
+                let mut items = Vec::with_capacity(2);
+                if buffer.cancel_first || buffer.regions.is_empty() {
+                    items.push(LogItem::Buffer {
+                        block,
+                        block_bytes,
+                        regions: Vec::new(),
+                        data: Vec::new(),
+                    });
+                }
+                if !buffer.regions.is_empty() {
+                    items.push(LogItem::Buffer {
+                        block,
+                        block_bytes,
+                        regions: buffer.regions.clone(),
+                        data: buffer.data.clone(),
+                    });
+                }
+                items
+            }
+            (Self::Inode { image }, ItemKey::Inode(inode)) => vec![LogItem::Inode {
+                inode: inode.0,
+                image: image.clone(),
+            }],
+            (Self::Intent { extents }, ItemKey::Intent(id)) => vec![LogItem::ExtentFreeIntent {
+                intent_id: id.0,
+                extents: extents.clone(),
+            }],
+            (Self::Done, ItemKey::Intent(id)) => vec![LogItem::ExtentFreeDone {
+                intent_id: id.0,
+                extents: Vec::new(),
+            }],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Merges `old` regions (from an earlier copy of this buffer in the same context) with the
+/// newly dirtied `new` ranges: sorted, touching and overlapping ranges joined. More than
+/// `VECTOR_REGIONS_MAX` regions collapse into one spanning region, which bounds the item size.
+pub(crate) fn merge_regions(old: &[(u32, u32)], new: &[Range<usize>]) -> Vec<(u32, u32)> {
+    let mut all: Vec<(u64, u64)> = old
+        .iter()
+        .map(|&(offset, length)| (u64::from(offset), u64::from(offset) + u64::from(length)))
+        .chain(new.iter().map(|r| (r.start as u64, r.end as u64)))
+        .filter(|(start, end)| start < end)
+        .collect();
+    all.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(all.len());
+    for (start, end) in all {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    if merged.len() > VECTOR_REGIONS_MAX
+        && let (Some(first), Some(last)) = (merged.first(), merged.last())
+    {
+        merged = vec![(first.0, last.1)];
+    }
+    merged
+        .into_iter()
+        .map(|(start, end)| (start as u32, (end - start) as u32))
+        .collect()
+}
+
+/// Copies the bytes of `regions` out of `bytes`, concatenated.
+pub(crate) fn copy_regions(bytes: &[u8], regions: &[(u32, u32)]) -> Vec<u8> {
+    let total: usize = regions.iter().map(|r| r.1 as usize).sum();
+    let mut data = Vec::with_capacity(total);
+    for &(offset, length) in regions {
+        data.extend_from_slice(&bytes[offset as usize..(offset + length) as usize]);
+    }
+    data
+}
+
+/// Encodes `items` onto `out`, naming the item on failure.
+pub(crate) fn encode_items(items: &[LogItem], out: &mut Vec<u8>) -> Result<(), JournalError> {
+    for item in items {
+        item.encode(out).map_err(|source| JournalError::Encode {
+            what: format!("{item:?}").chars().take(80).collect(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks region merging: overlap and touching join, many regions collapse to one span.
+    #[test]
+    fn regions_merge_and_collapse() {
+        let merged = merge_regions(&[(0, 8), (100, 4)], &[4..12, 104..110, 200..201]);
+        assert_eq!(merged, vec![(0, 12), (100, 10), (200, 1)]);
+        let many: Vec<Range<usize>> = (0..100).map(|i| i * 10..i * 10 + 1).collect();
+        assert_eq!(merge_regions(&[], &many), vec![(0, 991)]);
+        assert_eq!(
+            copy_regions(&[1, 2, 3, 4, 5], &[(0, 1), (3, 2)]),
+            vec![1, 4, 5]
+        );
+    }
+}

@@ -1,0 +1,493 @@
+//! Recovery on open: find the head and tail, verify every record, replay complete
+//! checkpoints in order (never over a newer home copy), skip a torn or partial last
+//! checkpoint, and report unfinished intents. Replay works on block numbers and inode
+//! positions only, so it needs nothing above the format crate.
+
+use std::collections::{BTreeMap, HashMap};
+
+use cairn_blockdev::{AlignedBuf, BlockDevice};
+use cairn_format::header::HEADER_SIZE;
+use cairn_format::log::{
+    FreeExtent, LOG_FLAG_UNMOUNT, LogItem, LogRecordHeader, decode_log_items, decode_log_record,
+};
+use cairn_format::{FsBlock, Geometry, InodeNumber, Lsn, MetaHeader, MetaKind, OnDisk};
+
+use crate::JournalError;
+use crate::item::IntentId;
+use crate::writer::{Layout, Position};
+
+/// An extent-free intent whose done item never reached the log: the allocator must finish it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingIntent {
+    pub id: IntentId,
+    pub extents: Vec<FreeExtent>,
+}
+
+/// What recovery found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The log needed no replay (freshly made, or cleanly unmounted).
+    pub clean: bool,
+    pub tail: Lsn,
+    pub head: Lsn,
+    /// Valid records walked from the tail.
+    pub records: u64,
+    pub checkpoints_replayed: u64,
+    /// Checkpoints without a commit record (torn or partial) that were skipped.
+    pub checkpoints_discarded: u64,
+    pub items_replayed: u64,
+    /// Items skipped because the home copy was as new or newer, or the block was freed later.
+    pub items_skipped: u64,
+    pub blocks_written: u64,
+    pub unfinished_intents: Vec<PendingIntent>,
+}
+
+/// Where the journal continues after recovery.
+#[derive(Debug)]
+pub(crate) struct Recovered {
+    pub(crate) report: RecoveryReport,
+    pub(crate) head: Position,
+    pub(crate) prev_lsn: Lsn,
+    pub(crate) next_sequence: u64,
+    pub(crate) next_intent: u64,
+}
+
+/// One record found in the log image.
+#[derive(Debug, Clone)]
+struct Found {
+    at: u64,
+    byte_start: usize,
+    header: LogRecordHeader,
+}
+
+#[derive(Debug, Default)]
+struct Checkpoint {
+    sequence: u64,
+    lsn: Lsn,
+    started: bool,
+    committed: bool,
+    items: Vec<LogItem>,
+}
+
+/// Reads the whole log, finds its head and tail, and replays it onto `device`.
+pub(crate) fn recover(
+    device: &dyn BlockDevice,
+    layout: &Layout,
+    geometry: &Geometry,
+) -> Result<Recovered, JournalError> {
+    let mut image = AlignedBuf::zeroed(layout.log_bytes() as usize);
+    device
+        .read_at(layout.start_byte, &mut image)
+        .map_err(|source| JournalError::device("log read", layout.start_byte, source))?;
+    let Some(newest) = newest_record(&image, layout) else {
+        return Ok(empty_log());
+    };
+    let walk = walk(&image, layout, newest.header.tail_lsn);
+    let mut report = RecoveryReport {
+        tail: newest.header.tail_lsn,
+        records: walk.len() as u64,
+        ..RecoveryReport::default()
+    };
+    let (head, prev_lsn) = match walk.last() {
+        Some(last) => {
+            let blocks = layout.record_blocks(u64::from(last.header.payload_bytes));
+            let at = layout.position(last.header.lsn);
+            (layout.advance(at, blocks), last.header.lsn)
+        }
+        None => (layout.position(newest.header.tail_lsn), Lsn::ZERO),
+    };
+    report.head = layout.lsn(head);
+    report.clean = walk.last().is_some_and(|last| {
+        last.header.flags & LOG_FLAG_UNMOUNT != 0 && last.header.tail_lsn == last.header.lsn
+    }) && walk.len() == 1;
+    let checkpoints = group(&image, &walk)?;
+    let mut replay = Replay::new(device, layout, geometry);
+    let pending = replay.run(&checkpoints, &mut report)?;
+    report.blocks_written = replay.write_all()?;
+    clear_orphans(device, layout, head, &newest)?;
+    device
+        .flush()
+        .map_err(|source| JournalError::device("recovery flush", 0, source))?;
+    let max_sequence = walk.iter().map(|f| f.header.checkpoint_sequence).max();
+    let max_intent = checkpoints
+        .iter()
+        .flat_map(|c| c.items.iter())
+        .filter_map(|item| match item {
+            LogItem::ExtentFreeIntent { intent_id, .. } => Some(*intent_id),
+            _ => None,
+        })
+        .max();
+    report.unfinished_intents = pending
+        .into_iter()
+        .map(|(id, extents)| PendingIntent {
+            id: IntentId(id),
+            extents,
+        })
+        .collect();
+    Ok(Recovered {
+        report,
+        head,
+        prev_lsn,
+        next_sequence: max_sequence
+            .unwrap_or(0)
+            .max(newest.header.checkpoint_sequence)
+            + 1,
+        next_intent: max_intent.unwrap_or(0) + 1,
+    })
+}
+
+fn empty_log() -> Recovered {
+    let head = Position { cycle: 1, block: 0 };
+    Recovered {
+        report: RecoveryReport {
+            clean: true,
+            tail: Lsn::new(1, 0),
+            head: Lsn::new(1, 0),
+            ..RecoveryReport::default()
+        },
+        head,
+        prev_lsn: Lsn::ZERO,
+        next_sequence: 1,
+        next_intent: 1,
+    }
+}
+
+/// The record at log block `at`, if one is there whose header and payload verify, that
+/// belongs to this filesystem and that names this place as its own.
+fn record_at(image: &[u8], layout: &Layout, at: u64) -> Option<LogRecordHeader> {
+    let start = (at * layout.block_size) as usize;
+    let (header, _) = decode_log_record(image.get(start..)?).ok()?;
+    let here = layout.lsn(Position {
+        cycle: header.cycle,
+        block: at,
+    });
+    let blocks = layout.record_blocks(u64::from(header.payload_bytes));
+    let fits = at + blocks <= layout.log_blocks;
+    (header.uuid == layout.uuid && header.lsn == here && fits).then_some(header)
+}
+
+/// The valid record with the highest LSN: the newest thing the log holds.
+fn newest_record(image: &[u8], layout: &Layout) -> Option<Found> {
+    let mut newest: Option<Found> = None;
+    let mut at = 0;
+    while at < layout.log_blocks {
+        match record_at(image, layout, at) {
+            Some(header) => {
+                let blocks = layout.record_blocks(u64::from(header.payload_bytes));
+                if newest.as_ref().is_none_or(|n| header.lsn > n.header.lsn) {
+                    let byte_start = (at * layout.block_size) as usize;
+                    newest = Some(Found {
+                        at,
+                        byte_start,
+                        header,
+                    });
+                }
+                at += blocks.max(1);
+            }
+            None => at += 1,
+        }
+    }
+    newest
+}
+
+/// Records from `tail` forward while each is valid, sits where its predecessor ended and
+/// names it as `prev_lsn`.
+fn walk(image: &[u8], layout: &Layout, tail: Lsn) -> Vec<Found> {
+    let mut found: Vec<Found> = Vec::new();
+    let mut at = layout.position(tail);
+    let mut walked = 0u64;
+    while walked < layout.log_blocks {
+        let Some(header) = record_at(image, layout, at.block) else {
+            break;
+        };
+        let follows = found
+            .last()
+            .is_none_or(|prev| header.prev_lsn == prev.header.lsn);
+        if header.lsn != layout.lsn(at) || !follows {
+            break;
+        }
+        let blocks = layout.record_blocks(u64::from(header.payload_bytes));
+        found.push(Found {
+            at: at.block,
+            byte_start: (at.block * layout.block_size) as usize,
+            header,
+        });
+        walked += blocks;
+        at = layout.advance(at, blocks);
+    }
+    found
+}
+
+/// Groups the walked records into checkpoints, decoding their items.
+fn group(image: &[u8], walk: &[Found]) -> Result<Vec<Checkpoint>, JournalError> {
+    let mut checkpoints: Vec<Checkpoint> = Vec::new();
+    for record in walk.iter().filter(|r| r.header.op_count > 0) {
+        let sequence = record.header.checkpoint_sequence;
+        if checkpoints.last().is_none_or(|c| c.sequence != sequence) {
+            checkpoints.push(Checkpoint {
+                sequence,
+                lsn: record.header.lsn,
+                ..Checkpoint::default()
+            });
+        }
+        let corrupt = |why: String| JournalError::CorruptLog {
+            lsn: record.header.lsn,
+            why,
+        };
+        let raw = &image[record.byte_start..];
+        let (_, payload) = decode_log_record(raw).map_err(|e| corrupt(e.to_string()))?;
+        let items = decode_log_items(payload, record.header.op_count)
+            .map_err(|e| corrupt(e.to_string()))?;
+        let Some(checkpoint) = checkpoints.last_mut() else {
+            continue;
+        };
+        for item in items {
+            match item {
+                LogItem::CheckpointStart { .. } => checkpoint.started = true,
+                LogItem::CheckpointCommit { .. } => checkpoint.committed = true,
+                other => checkpoint.items.push(other),
+            }
+        }
+    }
+    Ok(checkpoints)
+}
+
+/// Zeroes valid-looking records past the new head (written before the crash but cut off by
+/// a torn record before them), so a later recovery cannot mistake them for the newest.
+fn clear_orphans(
+    device: &dyn BlockDevice,
+    layout: &Layout,
+    head: Position,
+    newest: &Found,
+) -> Result<(), JournalError> {
+    let newest_at = layout.position(newest.header.lsn);
+    if (newest_at.cycle, newest_at.block) < (head.cycle, head.block) {
+        return Ok(());
+    }
+    let end = newest.at + layout.record_blocks(u64::from(newest.header.payload_bytes));
+    let mut ranges = Vec::new();
+    if newest_at.cycle == head.cycle {
+        ranges.push((head.block, end));
+    } else {
+        ranges.push((head.block, layout.log_blocks));
+        ranges.push((0, end));
+    }
+    for (from, to) in ranges.into_iter().filter(|(from, to)| from < to) {
+        let offset = layout.byte_offset(from);
+        let len = (to - from) * layout.block_size;
+        device.write_zeroes(offset, len).map_err(|source| {
+            JournalError::device("clearing orphaned log records", offset, source)
+        })?;
+    }
+    Ok(())
+}
+
+/// Applies checkpoints to home blocks held in memory, then writes them back.
+struct Replay<'d> {
+    device: &'d dyn BlockDevice,
+    geometry: &'d Geometry,
+    blocks: BTreeMap<u64, Vec<u8>>,
+}
+
+/// The LSN a home copy carries, if its header is intact (a block that is not valid metadata,
+/// such as freed space reused for data, counts as never logged).
+fn home_lsn(raw: &[u8]) -> Lsn {
+    let Ok(header) = MetaHeader::decode(raw) else {
+        return Lsn::ZERO;
+    };
+    let intact =
+        MetaKind::from_magic(header.magic).is_some() && cairn_format::block_crc(raw) == header.crc;
+    if intact { header.lsn } else { Lsn::ZERO }
+}
+
+impl<'d> Replay<'d> {
+    fn new(device: &'d dyn BlockDevice, _layout: &Layout, geometry: &'d Geometry) -> Self {
+        Self {
+            device,
+            geometry,
+            blocks: BTreeMap::new(),
+        }
+    }
+
+    /// The in-memory copy of `block_bytes` at `block`, read on first use.
+    fn block(&mut self, block: u64, block_bytes: usize) -> Result<&mut Vec<u8>, JournalError> {
+        if self
+            .blocks
+            .get(&block)
+            .is_some_and(|b| b.len() != block_bytes)
+        {
+            self.write_one(block)?;
+        }
+        if !self.blocks.contains_key(&block) {
+            let offset = block * u64::from(self.geometry.block_size);
+            let mut raw = AlignedBuf::zeroed(block_bytes);
+            self.device
+                .read_at(offset, &mut raw)
+                .map_err(|source| JournalError::device("recovery read", offset, source))?;
+            self.blocks.insert(block, raw.to_vec());
+        }
+        self.blocks.get_mut(&block).ok_or(JournalError::BadItem {
+            what: format!("block {block}"),
+            why: "vanished from the replay map",
+        })
+    }
+
+    fn write_one(&mut self, block: u64) -> Result<(), JournalError> {
+        if let Some(raw) = self.blocks.remove(&block) {
+            let offset = block * u64::from(self.geometry.block_size);
+            self.device
+                .write_at(offset, &AlignedBuf::from_slice(&raw))
+                .map_err(|source| JournalError::device("recovery write", offset, source))?;
+        }
+        Ok(())
+    }
+
+    fn write_all(&mut self) -> Result<u64, JournalError> {
+        let blocks: Vec<u64> = self.blocks.keys().copied().collect();
+        for block in &blocks {
+            self.write_one(*block)?;
+        }
+        Ok(blocks.len() as u64)
+    }
+
+    /// Replays the committed checkpoints; returns the intents left without a done item.
+    fn run(
+        &mut self,
+        checkpoints: &[Checkpoint],
+        report: &mut RecoveryReport,
+    ) -> Result<BTreeMap<u64, Vec<FreeExtent>>, JournalError> {
+        let complete: Vec<&Checkpoint> = checkpoints
+            .iter()
+            .filter(|c| c.started && c.committed)
+            .collect();
+        report.checkpoints_discarded = (checkpoints.len() - complete.len()) as u64;
+        let cancels = last_cancels(&complete);
+        let mut pending = BTreeMap::new();
+        for (index, checkpoint) in complete.iter().enumerate() {
+            for (item_index, item) in checkpoint.items.iter().enumerate() {
+                let applied = match item {
+                    LogItem::Buffer { block, regions, .. } if regions.is_empty() => false,
+                    LogItem::Buffer { block, .. }
+                        if cancels
+                            .get(&block.0)
+                            .is_some_and(|&c| c > (index, item_index)) =>
+                    {
+                        false
+                    }
+                    LogItem::Buffer {
+                        block,
+                        block_bytes,
+                        regions,
+                        data,
+                    } => self.apply_buffer(*block, *block_bytes, regions, data, checkpoint.lsn)?,
+                    LogItem::Inode { inode, image } => {
+                        self.apply_inode(InodeNumber(*inode), image, checkpoint.lsn)?
+                    }
+                    LogItem::ExtentFreeIntent { intent_id, extents } => {
+                        pending.insert(*intent_id, extents.clone());
+                        true
+                    }
+                    LogItem::ExtentFreeDone { intent_id, .. } => {
+                        pending.remove(intent_id);
+                        true
+                    }
+                    LogItem::CheckpointStart { .. } | LogItem::CheckpointCommit { .. } => true,
+                };
+                match applied {
+                    true => report.items_replayed += 1,
+                    false => report.items_skipped += 1,
+                }
+            }
+        }
+        report.checkpoints_replayed = complete.len() as u64;
+        Ok(pending)
+    }
+
+    fn apply_buffer(
+        &mut self,
+        block: FsBlock,
+        block_bytes: u32,
+        regions: &[(u32, u32)],
+        data: &[u8],
+        lsn: Lsn,
+    ) -> Result<bool, JournalError> {
+        let inode_size = self.geometry.inode_size as usize;
+        let raw = self.block(block.0, block_bytes as usize)?;
+        let is_inodes = MetaHeader::decode(raw).is_ok_and(|h| h.magic == MetaKind::Inode.magic());
+        let home = match is_inodes {
+            true => home_lsn(&raw[..inode_size.min(raw.len())]),
+            false => home_lsn(raw),
+        };
+        if home >= lsn {
+            return Ok(false);
+        }
+        let mut at = 0usize;
+        for &(offset, length) in regions {
+            let (offset, length) = (offset as usize, length as usize);
+            raw[offset..offset + length].copy_from_slice(&data[at..at + length]);
+            at += length;
+        }
+        stamp_block(raw, inode_size, lsn);
+        Ok(true)
+    }
+
+    fn apply_inode(
+        &mut self,
+        inode: InodeNumber,
+        image: &[u8],
+        lsn: Lsn,
+    ) -> Result<bool, JournalError> {
+        let size = self.geometry.inode_size as usize;
+        let bad = |why| JournalError::BadItem {
+            what: format!("inode {inode}"),
+            why,
+        };
+        if image.len() != size {
+            return Err(bad("image size differs from the inode size"));
+        }
+        let (block, offset) = self
+            .geometry
+            .inode_position(inode)
+            .ok_or_else(|| bad("inode number outside the filesystem"))?;
+        let block_size = self.geometry.block_size as usize;
+        let raw = self.block(block.0, block_size)?;
+        let slot = &mut raw[offset..offset + size];
+        if home_lsn(slot) >= lsn {
+            return Ok(false);
+        }
+        slot.copy_from_slice(image);
+        cairn_format::stamp(slot, Some(lsn));
+        Ok(true)
+    }
+}
+
+/// Stamps `lsn` and the CRC: per inode for inode clusters, over the whole block otherwise.
+fn stamp_block(raw: &mut [u8], inode_size: usize, lsn: Lsn) {
+    if raw.len() < HEADER_SIZE {
+        return;
+    }
+    let is_inodes = MetaHeader::decode(raw).is_ok_and(|h| h.magic == MetaKind::Inode.magic());
+    if is_inodes {
+        for slot in raw.chunks_exact_mut(inode_size) {
+            cairn_format::stamp(slot, Some(lsn));
+        }
+    } else {
+        cairn_format::stamp(raw, Some(lsn));
+    }
+}
+
+/// For each block, where its last cancel record is (checkpoint index, item index): no
+/// earlier image of it may be replayed.
+fn last_cancels(checkpoints: &[&Checkpoint]) -> HashMap<u64, (usize, usize)> {
+    let mut cancels = HashMap::new();
+    for (index, checkpoint) in checkpoints.iter().enumerate() {
+        for (item_index, item) in checkpoint.items.iter().enumerate() {
+            if let LogItem::Buffer { block, regions, .. } = item
+                && regions.is_empty()
+            {
+                cancels.insert(block.0, (index, item_index));
+            }
+        }
+    }
+    cancels
+}

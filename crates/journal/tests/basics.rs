@@ -1,0 +1,276 @@
+//! Journal behaviour on small hand-written sequences: clean logs, forces, relogging, sync mode,
+//! inode items, intents, freed blocks, log wrap under space pressure, cancel.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use cairn_blockdev::MemDevice;
+use cairn_bufcache::ReadSpec;
+use cairn_format::{FsBlock, HEADER_SIZE, InodeNumber};
+use cairn_journal::{FreeExtent, JournalError, LogMode, Reservation};
+use common::*;
+use std::sync::Arc;
+
+fn reservation(superblock: &cairn_format::Superblock, buffers: u32) -> Reservation {
+    let g = &superblock.geometry;
+    Reservation::for_items(g, buffers, g.block_size, 2, 1)
+}
+
+fn crash(device: &MemDevice) -> Arc<MemDevice> {
+    Arc::new(MemDevice::from_image(device.durable_image(), SECTOR).unwrap())
+}
+
+// A freshly made log opens clean, and a clean unmount leaves a log that needs no recovery.
+#[test]
+fn fresh_and_unmounted_logs_are_clean() {
+    let (device, sb) = make_fs(64 << 20, None);
+    let (journal, report) = open(&device, &sb, quiet(LogMode::Delayed));
+    assert!(report.clean);
+    assert_eq!(report.records, 0);
+    let mut tx = journal.begin(reservation(&sb, 1)).unwrap();
+    create_block(&mut tx, &sb, 0, 5);
+    tx.commit().unwrap();
+    journal.check_invariants();
+    journal.unmount().unwrap();
+    let (journal, report) = open(&device, &sb, quiet(LogMode::Delayed));
+    assert!(report.clean, "{report:?}");
+    assert_eq!(report.checkpoints_replayed, 0);
+    assert_eq!(
+        read_body(device.as_ref(), &sb, 0),
+        vec![5; 4096 - HEADER_SIZE]
+    );
+    journal.unmount().unwrap();
+}
+
+// Forced commits survive a crash (replayed from the log); unforced ones may be lost.
+#[test]
+fn forced_commits_are_recovered() {
+    let (device, sb) = make_fs(64 << 20, None);
+    let (journal, _) = open(&device, &sb, quiet(LogMode::Delayed));
+    let mut tx = journal.begin(reservation(&sb, 2)).unwrap();
+    create_block(&mut tx, &sb, 0, 1);
+    create_block(&mut tx, &sb, 1, 2);
+    let sequence = tx.commit().unwrap();
+    assert!(journal.durable_sequence() < sequence);
+    journal.force(sequence).unwrap();
+    assert!(journal.durable_sequence() >= sequence);
+    let mut tx = journal.begin(reservation(&sb, 1)).unwrap();
+    let guard = tx.get_buf(test_block(&sb, 1), &spec()).unwrap();
+    guard.write(100, &[9; 8]).unwrap();
+    tx.commit().unwrap();
+    journal.check_invariants();
+    let crashed = crash(&device);
+    drop(journal);
+    let (journal, report) = open(&crashed, &sb, quiet(LogMode::Delayed));
+    assert_eq!(report.checkpoints_replayed, 1, "{report:?}");
+    assert!(!report.clean);
+    assert_eq!(
+        read_body(crashed.as_ref(), &sb, 0),
+        vec![1; 4096 - HEADER_SIZE]
+    );
+    assert_eq!(
+        read_body(crashed.as_ref(), &sb, 1),
+        vec![2; 4096 - HEADER_SIZE]
+    );
+    journal.unmount().unwrap();
+    let (_, report) = open(&crashed, &sb, quiet(LogMode::Delayed));
+    assert!(report.clean);
+}
+
+// An item changed many times between checkpoints is written once; sync mode writes each time.
+#[test]
+fn relogging_writes_once_and_sync_mode_does_not_aggregate() {
+    let mut bytes = Vec::new();
+    for mode in [LogMode::Delayed, LogMode::Sync] {
+        let (device, sb) = make_fs(64 << 20, None);
+        let (journal, _) = open(&device, &sb, quiet(mode));
+        let mut tx = journal.begin(reservation(&sb, 1)).unwrap();
+        create_block(&mut tx, &sb, 0, 0);
+        tx.commit().unwrap();
+        for round in 0..100u32 {
+            let mut tx = journal.begin(reservation(&sb, 1)).unwrap();
+            let guard = tx.get_buf(test_block(&sb, 0), &spec()).unwrap();
+            guard
+                .write(64 + (round as usize % 10) * 8, &round.to_le_bytes())
+                .unwrap();
+            let sequence = tx.commit().unwrap();
+            if mode == LogMode::Sync {
+                assert!(journal.durable_sequence() >= sequence);
+            }
+            journal.check_invariants();
+        }
+        journal.force_all().unwrap();
+        let stats = journal.stats();
+        match mode {
+            LogMode::Delayed => {
+                assert_eq!(stats.items_relogged, 100);
+                assert_eq!(stats.checkpoints, 1);
+            }
+            LogMode::Sync => assert_eq!(stats.checkpoints, 101),
+        }
+        bytes.push(stats.log_bytes);
+        journal.unmount().unwrap();
+    }
+    assert!(bytes[0] * 20 < bytes[1], "{bytes:?}");
+}
+
+fn root_inode_image(device: &MemDevice, sb: &cairn_format::Superblock) -> Vec<u8> {
+    let g = &sb.geometry;
+    let (block, offset) = g.inode_position(InodeNumber(sb.root_inode)).unwrap();
+    let image = device.snapshot();
+    let at = (block.0 * u64::from(g.block_size)) as usize + offset;
+    image[at..at + g.inode_size as usize].to_vec()
+}
+
+// Logged inode images are recovered after a crash and written home by the AIL otherwise.
+#[test]
+fn inode_items_recover_and_write_home() {
+    let (device, sb) = make_fs(64 << 20, None);
+    let (journal, _) = open(&device, &sb, quiet(LogMode::Delayed));
+    let mut image = root_inode_image(&device, &sb);
+    image[200] ^= 0x5a;
+    let mut tx = journal.begin(reservation(&sb, 0)).unwrap();
+    tx.log_inode(InodeNumber(sb.root_inode), &image);
+    journal.force(tx.commit().unwrap()).unwrap();
+    let crashed = crash(&device);
+    let (recovered, report) = open(&crashed, &sb, quiet(LogMode::Delayed));
+    assert_eq!(report.items_replayed, 1, "{report:?}");
+    assert_eq!(root_inode_image(&crashed, &sb)[200], image[200]);
+    recovered.unmount().unwrap();
+    journal.push_ail().unwrap();
+    assert_eq!(journal.ail_len(), 0);
+    assert_eq!(root_inode_image(&device, &sb)[200], image[200]);
+    let spec = cairn_journal::inode_cluster_spec(sb.geometry.inode_size, UUID).unwrap();
+    let (block, _) = sb
+        .geometry
+        .inode_position(InodeNumber(sb.root_inode))
+        .unwrap();
+    let raw = device.snapshot();
+    let start = (block.0 * 4096) as usize;
+    let ops = cairn_journal::inode_cluster_ops(512).unwrap();
+    cairn_bufcache::BufferOps::verify_read(ops, &raw[start..start + 4096], block, &spec).unwrap();
+    journal.unmount().unwrap();
+}
+
+// An intent without its done item is reported by recovery; a finished one is not.
+#[test]
+fn unfinished_intents_are_reported_and_relogged() {
+    let (device, sb) = make_fs(64 << 20, None);
+    let (journal, _) = open(&device, &sb, quiet(LogMode::Delayed));
+    let extents = [FreeExtent {
+        start: FsBlock(5000),
+        length: 8,
+    }];
+    let mut tx = journal.begin(reservation(&sb, 0)).unwrap();
+    let finished = tx.log_free_intent(&extents);
+    let open_intent = tx.log_free_intent(&extents);
+    journal.force(tx.commit().unwrap()).unwrap();
+    let mut tx = journal.begin(reservation(&sb, 0)).unwrap();
+    tx.log_free_done(finished);
+    journal.force(tx.commit().unwrap()).unwrap();
+    assert_eq!(journal.pending_intents().len(), 1);
+    journal.check_invariants();
+    let crashed = crash(&device);
+    let (recovered, report) = open(&crashed, &sb, quiet(LogMode::Delayed));
+    assert_eq!(report.unfinished_intents.len(), 1);
+    assert_eq!(report.unfinished_intents[0].id, open_intent);
+    assert_eq!(report.unfinished_intents[0].extents, extents.to_vec());
+    // Relogged: a second crash before the allocator finishes still reports it.
+    let again = crash(&crashed);
+    let mut tx = recovered.begin(reservation(&sb, 0)).unwrap();
+    tx.log_free_done(open_intent);
+    recovered.force(tx.commit().unwrap()).unwrap();
+    let (_, report) = open(&again, &sb, quiet(LogMode::Delayed));
+    assert_eq!(report.unfinished_intents.len(), 1);
+    recovered.unmount().unwrap();
+    let (_, report) = open(&crashed, &sb, quiet(LogMode::Delayed));
+    assert!(report.unfinished_intents.is_empty());
+}
+
+// A freed block's earlier images are never replayed over what the block holds later.
+#[test]
+fn freed_blocks_are_not_replayed() {
+    let (device, sb) = make_fs(64 << 20, None);
+    let (journal, _) = open(&device, &sb, quiet(LogMode::Delayed));
+    let mut tx = journal.begin(reservation(&sb, 1)).unwrap();
+    create_block(&mut tx, &sb, 0, 3);
+    journal.force(tx.commit().unwrap()).unwrap();
+    let mut tx = journal.begin(reservation(&sb, 1)).unwrap();
+    tx.get_buf(test_block(&sb, 0), &spec()).unwrap();
+    tx.invalidate_buf(test_block(&sb, 0)).unwrap();
+    journal.force(tx.commit().unwrap()).unwrap();
+    // The block is reused for file data, written in place.
+    let data = cairn_blockdev::AlignedBuf::from_slice(&[0xee; 4096]);
+    let at = test_block(&sb, 0).block.0 * 4096;
+    cairn_blockdev::BlockDevice::write_at(device.as_ref(), at, &data).unwrap();
+    cairn_blockdev::BlockDevice::flush(device.as_ref()).unwrap();
+    let crashed = crash(&device);
+    let (_, report) = open(&crashed, &sb, quiet(LogMode::Delayed));
+    assert!(report.items_skipped >= 1, "{report:?}");
+    assert_eq!(
+        read_body(crashed.as_ref(), &sb, 0),
+        vec![0xee; 4096 - HEADER_SIZE]
+    );
+    journal.unmount().unwrap();
+}
+
+// A small log wraps many times under space pressure without deadlock, and recovers.
+#[test]
+fn small_log_wraps_under_pressure() {
+    for background in [false, true] {
+        let (device, sb) = make_fs(64 << 20, Some(1 << 20));
+        let config = cairn_journal::JournalConfig {
+            background,
+            ..quiet(LogMode::Delayed)
+        };
+        let (journal, _) = open(&device, &sb, config);
+        for round in 0..400u64 {
+            let mut tx = journal.begin(reservation(&sb, 4)).unwrap();
+            for index in 0..4 {
+                create_block(&mut tx, &sb, (round * 4 + index) % 64, round as u8);
+            }
+            let sequence = tx.commit().unwrap();
+            if round % 7 == 0 {
+                journal.force(sequence).unwrap();
+            }
+            journal.check_invariants();
+        }
+        journal.force_all().unwrap();
+        let (head, _) = journal.head_and_tail();
+        assert!(head.cycle() > 2, "log did not wrap: {head:?}");
+        let crashed = crash(&device);
+        drop(journal);
+        let (_, report) = open(&crashed, &sb, quiet(LogMode::Delayed));
+        assert!(!report.clean);
+        for index in 0..64u64 {
+            let round = (399 / 16) * 16 + index / 4;
+            let round = if round > 399 { round - 16 } else { round };
+            assert_eq!(
+                read_body(crashed.as_ref(), &sb, index)[0],
+                round as u8,
+                "block {index}"
+            );
+        }
+    }
+}
+
+// Cancelling a clean transaction is fine; cancelling a dirty one shuts the journal down.
+#[test]
+fn dirty_cancel_shuts_down() {
+    let (device, sb) = make_fs(64 << 20, None);
+    let (journal, _) = open(&device, &sb, quiet(LogMode::Delayed));
+    let mut tx = journal.begin(reservation(&sb, 1)).unwrap();
+    let spec: ReadSpec = spec();
+    assert!(tx.get_buf(test_block(&sb, 0), &spec).is_err());
+    tx.cancel().unwrap();
+    let mut tx = journal.begin(reservation(&sb, 1)).unwrap();
+    create_block(&mut tx, &sb, 0, 1);
+    assert!(matches!(tx.cancel(), Err(JournalError::Shutdown { .. })));
+    assert!(matches!(
+        journal.begin(reservation(&sb, 1)),
+        Err(JournalError::Shutdown { .. })
+    ));
+    let too_big = Reservation::new(1 << 40);
+    assert!(journal.begin(too_big).is_err());
+}
