@@ -1,2 +1,157 @@
-//! Buffer cache benchmarks (being written).
-fn main() {}
+//! Buffer cache benchmarks: cached lookup cost with the lookaside array on and off, for working
+//! sets of 8, 37 and 1,000 buffers per AG over 4 and 16 AGs, on 1 and 2 threads; then the
+//! lookaside hit rates of the replayed "create 100k files" and "unlink them" traces (printed).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_blockdev::{BlockDevice, MemDevice};
+use cairn_bufcache::trace::{TraceBuilder, replay};
+use cairn_bufcache::{BufKey, BufferCache, BufferOps, CacheConfig, ReadSpec};
+use cairn_format::{FormatError, FsBlock, Lsn};
+use criterion::{Criterion, criterion_group, criterion_main};
+
+/// Verifier that accepts anything: the benchmark measures lookups, not verification.
+#[derive(Debug)]
+struct RawOps;
+
+impl BufferOps for RawOps {
+    fn name(&self) -> &'static str {
+        "bench block"
+    }
+    fn verify_read(&self, _: &[u8], _: FsBlock, _: &ReadSpec) -> Result<(), FormatError> {
+        Ok(())
+    }
+    fn prepare_write(&self, _: &mut [u8], _: FsBlock, _: Option<Lsn>) -> Result<(), FormatError> {
+        Ok(())
+    }
+}
+
+static RAW: RawOps = RawOps;
+const BLOCK_SIZE: u32 = 4096;
+const AG_BLOCKS: u32 = 2048;
+
+fn spec() -> ReadSpec {
+    ReadSpec::new(&RAW, [0; 16])
+}
+
+fn cache(ag_count: u32, slots: u32, ag_blocks: u32) -> BufferCache {
+    let bytes = u64::from(ag_blocks) * u64::from(ag_count) * u64::from(BLOCK_SIZE);
+    let device = MemDevice::new(bytes, 4096);
+    device.set_recording(false);
+    let device: Arc<dyn BlockDevice> = Arc::new(device);
+    let config = CacheConfig::new(BLOCK_SIZE, ag_blocks, ag_count)
+        .with_lookaside_slots(slots)
+        .with_memory_limit_bytes(1 << 30);
+    BufferCache::new(config, device).unwrap()
+}
+
+/// The working set, AG-interleaved: `per_ag` consecutive blocks from the start of each AG.
+fn working_set(cache: &BufferCache, per_ag: u32, ag_count: u32) -> Vec<BufKey> {
+    let mut keys = Vec::new();
+    for block in 0..per_ag {
+        for ag in 0..ag_count {
+            let key = BufKey::single(u64::from(ag * AG_BLOCKS + block));
+            drop(cache.get_new(key, &spec()).unwrap());
+            keys.push(key);
+        }
+    }
+    keys
+}
+
+/// `iters` lookups over `keys` starting at `start`, each released at once.
+fn lookups(cache: &BufferCache, keys: &[Vec<BufKey>], start: usize, iters: u64) {
+    let spec = spec();
+    let keys = &keys[start % keys.len()];
+    let mut index = 0;
+    for _ in 0..iters {
+        let guard = cache.get(keys[index], &spec).unwrap();
+        black_box(guard[0]);
+        index += 1;
+        if index == keys.len() {
+            index = 0;
+        }
+    }
+}
+
+fn run_threads(cache: &BufferCache, keys: &[Vec<BufKey>], threads: usize, iters: u64) -> Duration {
+    if threads == 1 {
+        let start = Instant::now();
+        lookups(cache, keys, 0, iters);
+        return start.elapsed();
+    }
+    std::thread::scope(|scope| {
+        let start = Instant::now();
+        for thread in 1..threads {
+            scope.spawn(move || lookups(cache, keys, thread, iters));
+        }
+        lookups(cache, keys, 0, iters);
+        start
+    })
+    // Wall time for every thread to do `iters` lookups: the per-lookup cost under sharing.
+    .elapsed()
+}
+
+fn lookup_benches(c: &mut Criterion) {
+    let mut group = c.benchmark_group("bufcache/lookup");
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(2));
+    group.sample_size(30);
+    for per_ag in [8u32, 37, 1000] {
+        for ag_count in [4u32, 16] {
+            for threads in [1usize, 2] {
+                // On and off side by side, so each pair is measured minutes apart at most.
+                for (label, slots) in [("lookaside_on", 37u32), ("lookaside_off", 0)] {
+                    let cache = cache(ag_count, slots, AG_BLOCKS);
+                    let keys = working_set(&cache, per_ag, ag_count);
+                    // Each thread walks the same set from its own offset.
+                    let mut rotated = Vec::new();
+                    for thread in 0..threads {
+                        let mut own = keys.clone();
+                        own.rotate_left(thread * keys.len() / threads.max(1) / 2);
+                        rotated.push(own);
+                    }
+                    let name = format!("{label}/{per_ag}_per_ag/{ag_count}_ags/{threads}_thread");
+                    group.bench_function(name, |b| {
+                        b.iter_custom(|iters| run_threads(&cache, &rotated, threads, iters));
+                    });
+                }
+            }
+        }
+    }
+    group.finish();
+}
+
+/// Prints the lookaside hit rates of the replayed traces for several slot counts.
+fn trace_hit_rates(_: &mut Criterion) {
+    let mut builder = TraceBuilder::new(4, 1 << 16, 1);
+    let create = builder.create(100_000).take();
+    let unlink = builder.unlink_all().take();
+    for slots in [0u32, 13, 37, 64, 128] {
+        let cache = cache(4, slots, 1 << 16);
+        let mut rates = Vec::new();
+        for trace in [&create, &unlink] {
+            let before = cache.stats();
+            let start = Instant::now();
+            replay(&cache, trace, &spec()).unwrap();
+            let elapsed = start.elapsed();
+            let after = cache.stats();
+            let gets = after.gets - before.gets;
+            let hits = (after.lookaside_hits - before.lookaside_hits) as f64 / gets as f64;
+            let all = (after.hits - before.hits) as f64 / gets as f64;
+            let ns = elapsed.as_nanos() as f64 / gets as f64;
+            rates.push(format!(
+                "{gets} gets, lookaside {hits:.3}, all hits {all:.3}, {ns:.0} ns/op"
+            ));
+        }
+        println!(
+            "bufcache/trace/{slots}_slots: create_100k: {}; unlink: {}",
+            rates[0], rates[1]
+        );
+    }
+}
+
+criterion_group!(benches, lookup_benches, trace_hit_rates);
+criterion_main!(benches);
