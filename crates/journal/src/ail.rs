@@ -47,6 +47,14 @@ impl Ail {
         self.by_lsn.insert((lsn, key));
     }
 
+    /// Inserts a buffer item at `lsn`, or keeps it at its older LSN if it is there already:
+    /// a buffer's log vector holds only the regions changed in its checkpoint, so the older
+    /// checkpoint is still needed until the buffer is written home.
+    pub(crate) fn insert_keep_oldest(&mut self, key: ItemKey, lsn: Lsn, item: AilItem) {
+        let at = self.items.get(&key).map_or(lsn, |(old, _)| (*old).min(lsn));
+        self.insert(key, at, item);
+    }
+
     pub(crate) fn remove(&mut self, key: ItemKey) -> Option<(Lsn, AilItem)> {
         let removed = self.items.remove(&key)?;
         self.by_lsn.remove(&(removed.0, key));

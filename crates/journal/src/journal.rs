@@ -561,7 +561,7 @@ impl Inner {
                             handle: handle.clone(),
                             spec: buffer.spec,
                         };
-                        ail.insert(*key, lsn, item);
+                        ail.insert_keep_oldest(*key, lsn, item);
                     }
                     _ => {
                         ail.remove(*key);
