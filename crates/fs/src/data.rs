@@ -1,0 +1,275 @@
+//! File data I/O straight to the device (never through the buffer cache): reads that return
+//! zeros for holes and unwritten extents, and writes that allocate new space as unwritten,
+//! write the data, then convert it to written in a second transaction.
+//!
+//! Crash argument (also in docs/fs.md): the conversion commits only after the data writes
+//! returned, and the journal flushes the device before it writes any commit record, so a
+//! checkpoint that makes the blocks readable always follows the data on stable storage.
+//! Before that checkpoint the blocks are unwritten (or unmapped) and read as zeros, so a
+//! crash never exposes another file's old data.
+
+use cairn_blockdev::AlignedBuf;
+use cairn_format::Extent;
+use cairn_format::inode::ForkFormat;
+use cairn_format::limits::BTREE_LEVELS_MAX;
+use cairn_journal::Reservation;
+
+use crate::bmap::{self, Mapping};
+use crate::fs::Filesystem;
+use crate::inode::{InodeData, now};
+use crate::unlinked::EXTENTS_PER_STEP;
+use crate::{FsError, perm};
+
+/// Largest single read or write, in bytes.
+pub(crate) const IO_BYTES_MAX: u64 = 64 << 20;
+
+impl Filesystem {
+    /// Reads up to `len` bytes at `offset`; short at end of file.
+    pub fn read(&self, inode: u64, offset: u64, len: u32) -> Result<Vec<u8>, FsError> {
+        let handle = self.live_inode(inode)?;
+        let _io = handle.io.read();
+        let (size, list) = {
+            let data = handle.data.lock();
+            if data.is_dir() {
+                return Err(FsError::IsDirectory);
+            }
+            if data.core.data_format != ForkFormat::Extents {
+                return Err(FsError::InvalidArgument("not a regular file"));
+            }
+            (data.core.size, bmap::extents(&data)?)
+        };
+        let end = size.min(offset.saturating_add(u64::from(len)));
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        Self::count(&self.counters.reads, 1);
+        Self::count(&self.counters.read_bytes, end - offset);
+        let mut out = vec![0u8; (end - offset) as usize];
+        self.read_range(&list, offset, &mut out)?;
+        Ok(out)
+    }
+
+    /// Fills `out` with the file bytes at `offset` (zeros for holes and unwritten extents).
+    fn read_range(&self, list: &[Extent], offset: u64, out: &mut [u8]) -> Result<(), FsError> {
+        let block_size = u64::from(self.geometry.block_size);
+        let end = offset + out.len() as u64;
+        let mut block = offset / block_size;
+        while block * block_size < end {
+            let run = match bmap::map(list, block) {
+                Mapping::Hole { length } => {
+                    block = block.saturating_add(length);
+                    continue;
+                }
+                Mapping::Mapped(extent) => extent,
+            };
+            let run_end = run.file_end().min(end.div_ceil(block_size));
+            if !run.unwritten {
+                let physical = run.fs_block.0 + (block - run.file_block);
+                let mut buf = AlignedBuf::zeroed(((run_end - block) * block_size) as usize);
+                self.device.read_at(physical * block_size, &mut buf)?;
+                let from = (block * block_size).max(offset);
+                let to = (run_end * block_size).min(end);
+                let src = (from - block * block_size) as usize;
+                let dst = (from - offset) as usize;
+                let count = (to - from) as usize;
+                out[dst..dst + count].copy_from_slice(&buf[src..src + count]);
+            }
+            block = run_end;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `offset`, extending the file as needed; returns the bytes written.
+    pub fn write(&self, inode: u64, offset: u64, data: &[u8]) -> Result<u32, FsError> {
+        self.check_writable()?;
+        if data.len() as u64 > IO_BYTES_MAX {
+            return Err(FsError::InvalidArgument("write larger than the limit"));
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&end| end <= cairn_format::limits::FILE_BLOCK_MAX)
+            .ok_or(FsError::InvalidArgument("write past the largest file"))?;
+        let handle = self.live_inode(inode)?;
+        let _io = handle.io.write();
+        {
+            let meta = handle.data.lock();
+            if meta.is_dir() {
+                return Err(FsError::IsDirectory);
+            }
+            if meta.core.data_format != ForkFormat::Extents {
+                return Err(FsError::InvalidArgument("not a regular file"));
+            }
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        Self::count(&self.counters.writes, 1);
+        let block_size = u64::from(self.geometry.block_size);
+        let (first, last) = (offset / block_size, end.div_ceil(block_size));
+        self.allocate_range(inode, &handle.data, first, last, true)?;
+        let list = bmap::extents(&handle.data.lock())?;
+        self.write_blocks(&list, offset, data)?;
+        let mut meta = handle.data.lock();
+        let mut tx = self.begin(self.write_reservation())?;
+        let mut list = bmap::extents(&meta)?;
+        bmap::mark_written(&mut list, first, last);
+        let stored = bmap::store(&mut meta, &list);
+        let now = now();
+        meta.core.mtime = now;
+        meta.core.ctime = now;
+        meta.core.size = meta.core.size.max(end);
+        perm::kill_suid(&mut meta);
+        Self::log_inode(&mut tx, inode, &mut meta);
+        Self::commit(tx, &mut [&mut meta])?;
+        stored?;
+        Self::count(&self.counters.write_bytes, data.len() as u64);
+        Ok(data.len() as u32)
+    }
+
+    /// Reservation of one allocation or conversion step: the inode and, per new extent, the
+    /// AGF, AGFL and both free-space tree paths.
+    pub(crate) fn write_reservation(&self) -> Reservation {
+        let buffers = EXTENTS_PER_STEP as u32 * (2 + 2 * BTREE_LEVELS_MAX);
+        Reservation::for_items(&self.geometry, buffers, self.geometry.block_size, 1, 0)
+    }
+
+    /// Maps every hole in file blocks `first..last` (unwritten when `unwritten`), a few
+    /// extents per transaction.
+    pub(crate) fn allocate_range(
+        &self,
+        inode: u64,
+        lock: &parking_lot::Mutex<InodeData>,
+        first: u64,
+        last: u64,
+        unwritten: bool,
+    ) -> Result<(), FsError> {
+        let mut block = first;
+        while block < last {
+            let mut meta = lock.lock();
+            let mut tx = self.begin(self.write_reservation())?;
+            let mut list = bmap::extents(&meta)?;
+            let mut result = Ok(());
+            for _ in 0..EXTENTS_PER_STEP {
+                if block >= last {
+                    break;
+                }
+                match bmap::map(&list, block) {
+                    Mapping::Mapped(extent) => block = extent.file_end(),
+                    Mapping::Hole { length } => {
+                        let want = length.min(last - block);
+                        let step = bmap::allocate(
+                            self, &mut tx, &mut meta, &mut list, block, want, unwritten,
+                        );
+                        match step {
+                            Ok(extent) => block = extent.file_end(),
+                            Err(error) => {
+                                result = Err(error);
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            let stored = bmap::store(&mut meta, &list);
+            Self::log_inode(&mut tx, inode, &mut meta);
+            Self::commit(tx, &mut [&mut meta])?;
+            stored?;
+            result?;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `offset` into mapped blocks; partial blocks of written extents are
+    /// read first, those of unwritten ones start from zeros.
+    fn write_blocks(&self, list: &[Extent], offset: u64, data: &[u8]) -> Result<(), FsError> {
+        let block_size = u64::from(self.geometry.block_size);
+        let end = offset + data.len() as u64;
+        let mut block = offset / block_size;
+        while block * block_size < end {
+            let Mapping::Mapped(run) = bmap::map(list, block) else {
+                return Err(FsError::corrupt(
+                    "file mapping",
+                    block,
+                    "hole after allocation",
+                ));
+            };
+            let run_end = run.file_end().min(end.div_ceil(block_size));
+            let physical = run.fs_block.0 + (block - run.file_block);
+            let mut buf = AlignedBuf::zeroed(((run_end - block) * block_size) as usize);
+            let from = (block * block_size).max(offset);
+            let to = (run_end * block_size).min(end);
+            let partial_head = !from.is_multiple_of(block_size);
+            let partial_tail = !to.is_multiple_of(block_size);
+            if !run.unwritten && (partial_head || partial_tail) {
+                self.device.read_at(physical * block_size, &mut buf)?;
+            }
+            let at = (from - block * block_size) as usize;
+            let src = (from - offset) as usize;
+            let count = (to - from) as usize;
+            buf[at..at + count].copy_from_slice(&data[src..src + count]);
+            self.device.write_at(physical * block_size, &buf)?;
+            block = run_end;
+        }
+        Ok(())
+    }
+
+    /// Makes the file's data and the metadata needed to read it durable: a device flush for
+    /// the data, then a log force up to the inode's last change.
+    pub fn fsync(&self, inode: u64, data_only: bool) -> Result<(), FsError> {
+        Self::count(&self.counters.fsyncs, 1);
+        let handle = self.live_inode(inode)?;
+        let sequence = handle.data.lock().last_sequence;
+        self.device.flush()?;
+        // fdatasync could skip a force for timestamp-only changes; every logged change here
+        // may carry the size or mapping, so both force.
+        let _ = data_only;
+        if sequence > 0 {
+            self.journal
+                .force(cairn_journal::CommitSequence(sequence))?;
+        }
+        Ok(())
+    }
+
+    /// Changes the size: frees blocks past the new end and zeroes the tail of the last one.
+    pub(crate) fn truncate(&self, inode: u64, size: u64) -> Result<(), FsError> {
+        let handle = self.live_inode(inode)?;
+        let _io = handle.io.write();
+        let mut meta = handle.data.lock();
+        if meta.is_dir() {
+            return Err(FsError::IsDirectory);
+        }
+        if meta.core.data_format != ForkFormat::Extents {
+            return Err(FsError::InvalidArgument("not a regular file"));
+        }
+        let block_size = u64::from(self.geometry.block_size);
+        if size < meta.core.size && !size.is_multiple_of(block_size) {
+            self.zero_tail(&meta, size)?;
+        }
+        crate::unlinked::truncate_blocks(self, inode, &mut meta, size.div_ceil(block_size))?;
+        let mut tx = self.begin(self.write_reservation())?;
+        let now = now();
+        meta.core.size = size;
+        meta.core.mtime = now;
+        meta.core.ctime = now;
+        Self::log_inode(&mut tx, inode, &mut meta);
+        Self::commit(tx, &mut [&mut meta])?;
+        Ok(())
+    }
+
+    /// Zeroes the bytes of the block holding `size` from `size` on (if written on disk).
+    fn zero_tail(&self, meta: &InodeData, size: u64) -> Result<(), FsError> {
+        let block_size = u64::from(self.geometry.block_size);
+        let list = bmap::extents(meta)?;
+        let block = size / block_size;
+        if let Mapping::Mapped(extent) = bmap::map(&list, block)
+            && !extent.unwritten
+        {
+            let physical = extent.fs_block.0 + (block - extent.file_block);
+            let mut buf = AlignedBuf::zeroed(block_size as usize);
+            self.device.read_at(physical * block_size, &mut buf)?;
+            buf[(size % block_size) as usize..].fill(0);
+            self.device.write_at(physical * block_size, &buf)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,422 @@
+//! The mounted filesystem: mount (with recovery and unfinished-intent processing), the
+//! per-AG in-memory state, transactions, the inode cache, sync and unmount.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+
+use cairn_alloc::Allocator;
+use cairn_blockdev::{AlignedBuf, BlockDevice, FileDevice, OpenOptions};
+use cairn_bufcache::{BufKey, BufferCache, CacheConfig, HeaderOps, ReadSpec};
+use cairn_format::limits::BLOCK_SIZE_MAX;
+use cairn_format::{Agf, Geometry, InodeNumber, MetaKind, OnDisk, Superblock};
+use cairn_journal::{Journal, JournalConfig, RecoveryReport, Reservation, inode_cluster_spec};
+
+use crate::FsError;
+use crate::glue::Tx;
+use crate::inode::{INODE_CACHE_TARGET, Inode, InodeCache, InodeData, home_matches};
+use crate::types::{FsOpStats, FsStats, MountOptions, StatFs};
+
+static AGF_OPS: HeaderOps = HeaderOps::new(MetaKind::Agf);
+static SUPERBLOCK_OPS: HeaderOps = HeaderOps::new(MetaKind::Superblock);
+
+/// In-memory state of one AG's inodes (exact: changed under the AGI buffer lock).
+#[derive(Debug, Default)]
+pub(crate) struct AgInodes {
+    pub count: AtomicI64,
+    pub free: AtomicI64,
+    /// False after a chunk allocation failed here; reset when blocks are freed.
+    pub chunk_hint: AtomicBool,
+}
+
+/// Counters of operations.
+#[derive(Debug, Default)]
+pub(crate) struct OpCounters {
+    pub lookups: AtomicU64,
+    pub creates: AtomicU64,
+    pub removes: AtomicU64,
+    pub renames: AtomicU64,
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub fsyncs: AtomicU64,
+}
+
+/// A mounted cairn filesystem; see the crate documentation.
+#[derive(Debug)]
+pub struct Filesystem {
+    pub(crate) device: Arc<dyn BlockDevice>,
+    pub(crate) geometry: Geometry,
+    pub(crate) uuid: [u8; 16],
+    pub(crate) root: u64,
+    pub(crate) superblock: Superblock,
+    pub(crate) cache: Arc<BufferCache>,
+    pub(crate) journal: Journal,
+    pub(crate) alloc: Allocator,
+    pub(crate) inodes: InodeCache,
+    pub(crate) cluster_spec: ReadSpec,
+    pub(crate) options: MountOptions,
+    pub(crate) ags: Vec<AgInodes>,
+    pub(crate) counters: OpCounters,
+    pub(crate) next_handle: AtomicU64,
+    pub(crate) generation: AtomicU32,
+    pub(crate) dir_rotor: AtomicU32,
+    pub(crate) recovery: RecoveryReport,
+}
+
+/// Reads and checks the primary superblock of `device`.
+pub(crate) fn read_superblock(device: &dyn BlockDevice) -> Result<Superblock, FsError> {
+    let sector = u64::from(device.logical_sector_size().max(512));
+    let len = u64::from(BLOCK_SIZE_MAX).min(device.size_bytes());
+    let len = len - len % sector;
+    let mut head = AlignedBuf::zeroed(len as usize);
+    device.read_at(0, &mut head)?;
+    let superblock = Superblock::read_primary(&head)
+        .map_err(|e| FsError::corrupt("superblock", 0, e.to_string()))?;
+    if superblock.features_incompat != 0 {
+        return Err(FsError::Unsupported);
+    }
+    Ok(superblock)
+}
+
+impl Filesystem {
+    /// Mounts the filesystem on `device`; log recovery runs here.
+    pub fn mount(device: Arc<dyn BlockDevice>, options: MountOptions) -> Result<Self, FsError> {
+        let superblock = read_superblock(device.as_ref())?;
+        let geometry = superblock.geometry;
+        let uuid = superblock.uuid();
+        let created = superblock.created_secs;
+        let mut cache_config = CacheConfig::from_geometry(&geometry);
+        if let Some(bytes) = options.cache_bytes {
+            cache_config = cache_config.with_memory_limit_bytes(bytes);
+        }
+        let cache = Arc::new(BufferCache::new(cache_config, Arc::clone(&device))?);
+        let config = JournalConfig {
+            inode_cluster_blocks: 1,
+            ..JournalConfig::with_mode(options.log_mode)
+        };
+        let (journal, recovery) =
+            Journal::open(Arc::clone(&cache), Arc::clone(&device), &superblock, config)?;
+        let cluster_spec =
+            inode_cluster_spec(geometry.inode_size, uuid).ok_or(FsError::corrupt(
+                "superblock",
+                0,
+                "no inode cluster verifier for the inode size",
+            ))?;
+        let fs = Self {
+            device,
+            geometry,
+            uuid,
+            root: superblock.root_inode,
+            superblock,
+            cache,
+            journal,
+            alloc: Allocator::new(geometry, uuid),
+            inodes: InodeCache::new(),
+            cluster_spec,
+            options,
+            ags: (0..geometry.ag_count)
+                .map(|_| AgInodes::default())
+                .collect(),
+            counters: OpCounters::default(),
+            next_handle: AtomicU64::new(1),
+            generation: AtomicU32::new(created as u32),
+            dir_rotor: AtomicU32::new(0),
+            recovery,
+        };
+        fs.finish_intents()?;
+        fs.load_ag_counts()?;
+        fs.root_inode_check()?;
+        crate::unlinked::recover_unlinked(&fs)?;
+        Ok(fs)
+    }
+
+    /// Opens the image or device at `path` exclusively and mounts it.
+    pub fn mount_path(path: &Path, options: MountOptions) -> Result<Self, FsError> {
+        let open = OpenOptions::new().read_only(options.read_only);
+        let open = if options.buffered {
+            open.buffered()
+        } else {
+            open
+        };
+        let device: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(path, &open)?);
+        Self::mount(device, options)
+    }
+
+    /// Flushes everything, writes exact superblock counters and leaves a clean log.
+    pub fn unmount(self) -> Result<(), FsError> {
+        if !self.options.read_only {
+            self.write_superblock()?;
+        }
+        self.journal.unmount()?;
+        self.cache.flush_delwri()?;
+        self.device.flush()?;
+        Ok(())
+    }
+
+    /// The root directory's inode number.
+    pub fn root(&self) -> u64 {
+        self.root
+    }
+
+    /// What recovery did at mount.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    /// Makes every change so far durable.
+    pub fn sync(&self) -> Result<(), FsError> {
+        self.journal.force_all()?;
+        self.device.flush()?;
+        Ok(())
+    }
+
+    /// Statistics for `statfs`, summed from the AG headers and in-memory inode counts.
+    pub fn statfs(&self) -> Result<StatFs, FsError> {
+        let mut free_blocks = 0u64;
+        for ag in 0..self.geometry.ag_count {
+            free_blocks += u64::from(self.read_agf(ag)?.free_blocks);
+        }
+        let (inodes, inodes_free) = self.inode_totals();
+        // Free blocks can become inodes: 64 per chunk.
+        let per_block = u64::from(self.geometry.inodes_per_block());
+        Ok(StatFs {
+            block_size: self.geometry.block_size,
+            blocks: self.geometry.block_count,
+            blocks_free: free_blocks,
+            blocks_available: free_blocks,
+            inodes: inodes + free_blocks * per_block,
+            inodes_free: inodes_free + free_blocks * per_block,
+            name_max: cairn_format::limits::NAME_LEN_MAX as u32,
+        })
+    }
+
+    /// A snapshot of every subsystem's counters.
+    pub fn stats(&self) -> FsStats {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let c = &self.counters;
+        FsStats {
+            fs: FsOpStats {
+                lookups: load(&c.lookups),
+                creates: load(&c.creates),
+                removes: load(&c.removes),
+                renames: load(&c.renames),
+                reads: load(&c.reads),
+                writes: load(&c.writes),
+                read_bytes: load(&c.read_bytes),
+                write_bytes: load(&c.write_bytes),
+                fsyncs: load(&c.fsyncs),
+                inodes_cached: self.inodes.len() as u64,
+                inodes_reclaimed: load(&self.inodes.reclaimed),
+            },
+            bufcache: self.cache.stats(),
+            journal: self.journal.stats(),
+            alloc: self.alloc.stats(),
+        }
+    }
+
+    fn inode_totals(&self) -> (u64, u64) {
+        let sum = |pick: fn(&AgInodes) -> i64| -> u64 {
+            self.ags.iter().map(|ag| pick(ag).max(0) as u64).sum()
+        };
+        (
+            sum(|ag| ag.count.load(Ordering::Relaxed)),
+            sum(|ag| ag.free.load(Ordering::Relaxed)),
+        )
+    }
+
+    fn read_agf(&self, ag: u32) -> Result<Agf, FsError> {
+        let block = self.geometry.ag_start(ag) + u64::from(cairn_format::limits::AG_AGF_BLOCK);
+        let spec = ReadSpec::new(&AGF_OPS, self.uuid).with_owner(u64::from(ag));
+        let guard = self.cache.get(BufKey::single(block), &spec)?;
+        Agf::decode(&guard).map_err(|e| FsError::corrupt("AGF", block, e.to_string()))
+    }
+
+    fn load_ag_counts(&self) -> Result<(), FsError> {
+        for ag in 0..self.geometry.ag_count {
+            let mut tx = self.begin(Reservation::new(0))?;
+            let agi = crate::ialloc::read_agi(self, &mut tx, ag);
+            tx.tx.cancel()?;
+            let agi = agi?;
+            let state = &self.ags[ag as usize];
+            state
+                .count
+                .store(i64::from(agi.inode_count), Ordering::Relaxed);
+            state
+                .free
+                .store(i64::from(agi.free_inodes), Ordering::Relaxed);
+            state.chunk_hint.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn root_inode_check(&self) -> Result<(), FsError> {
+        let root = self.inode(self.root)?;
+        let data = root.data.lock();
+        if !data.is_dir() {
+            return Err(FsError::corrupt("root inode", self.root, "not a directory"));
+        }
+        Ok(())
+    }
+
+    /// Frees the extents of intents recovery found unfinished, then logs their done items.
+    fn finish_intents(&self) -> Result<(), FsError> {
+        for intent in self.recovery.unfinished_intents.clone() {
+            let mut tx = self.begin(Reservation::remove(&self.geometry))?;
+            let sequence = crate::glue::free_sequence(&self.journal);
+            for extent in &intent.extents {
+                self.alloc.free(
+                    &mut tx,
+                    &crate::glue::JournalLog(&self.journal),
+                    extent.start,
+                    extent.length,
+                    sequence,
+                )?;
+            }
+            tx.tx.log_free_done(intent.id);
+            tx.tx.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the superblock with counters summed from the AG headers.
+    fn write_superblock(&self) -> Result<(), FsError> {
+        let mut superblock = self.superblock.clone();
+        let mut free_blocks = 0u64;
+        for ag in 0..self.geometry.ag_count {
+            free_blocks += u64::from(self.read_agf(ag)?.free_blocks);
+        }
+        let (inodes, free_inodes) = self.inode_totals();
+        superblock.free_blocks = free_blocks;
+        superblock.inode_count = inodes;
+        superblock.free_inodes = free_inodes;
+        let geometry = &self.geometry;
+        let reservation = Reservation::for_items(geometry, 1, geometry.block_size, 0, 0);
+        let mut tx = self.begin(reservation)?;
+        let spec = ReadSpec::new(&SUPERBLOCK_OPS, self.uuid).with_owner(0);
+        let guard = tx.tx.get_buf(BufKey::single(0), &spec)?;
+        guard.write(0, &superblock.to_bytes())?;
+        tx.tx.commit()?;
+        Ok(())
+    }
+
+    /// Starts a transaction.
+    pub(crate) fn begin(&self, reservation: Reservation) -> Result<Tx<'_>, FsError> {
+        Ok(Tx {
+            tx: self.journal.begin(reservation)?,
+        })
+    }
+
+    /// Refuses changes on a read-only mount.
+    pub(crate) fn check_writable(&self) -> Result<(), FsError> {
+        match self.options.read_only {
+            true => Err(FsError::ReadOnly),
+            false => Ok(()),
+        }
+    }
+
+    /// Logs the current image of an inode in `tx`.
+    pub(crate) fn log_inode(tx: &mut Tx<'_>, number: u64, data: &mut InodeData) {
+        tx.tx.log_inode(InodeNumber(number), data.image());
+    }
+
+    /// Commits `tx`, recording its sequence in every inode it logged.
+    pub(crate) fn commit(tx: Tx<'_>, logged: &mut [&mut InodeData]) -> Result<u64, FsError> {
+        let sequence = tx.tx.commit()?.0;
+        for data in logged {
+            data.last_sequence = sequence;
+        }
+        Ok(sequence)
+    }
+
+    /// The in-core inode `number` (allocated or not), loading it on a miss.
+    pub(crate) fn inode(&self, number: u64) -> Result<Arc<Inode>, FsError> {
+        if !self.geometry.inode_is_valid(number) {
+            return Err(FsError::NotFound);
+        }
+        let inode = self
+            .inodes
+            .get(&self.cache, &self.cluster_spec, &self.geometry, number)?;
+        if self.inodes.len() > INODE_CACHE_TARGET {
+            self.reclaim_inodes();
+        }
+        Ok(inode)
+    }
+
+    /// An allocated inode, or `NotFound`.
+    pub(crate) fn live_inode(&self, number: u64) -> Result<Arc<Inode>, FsError> {
+        let inode = self.inode(number)?;
+        if !inode.data.lock().is_allocated() {
+            return Err(FsError::NotFound);
+        }
+        Ok(inode)
+    }
+
+    /// Drops idle inodes whose home copies are current: checkpoints and writes the log home
+    /// first, so most idle inodes qualify.
+    pub(crate) fn reclaim_inodes(&self) {
+        if self.journal.force_all().is_err() || self.journal.push_ail().is_err() {
+            return;
+        }
+        for inode in self.inodes.idle() {
+            let number = inode.number;
+            drop(inode);
+            self.inodes.drop_if_clean(number, |inode| {
+                let Some(mut data) = inode.data.try_lock() else {
+                    return false;
+                };
+                let idle = data.lookups == 0 && data.opens == 0;
+                idle && home_matches(
+                    &self.cache,
+                    &self.cluster_spec,
+                    &self.geometry,
+                    number,
+                    &mut data,
+                )
+            });
+        }
+    }
+
+    /// A generation number for a new or reused inode.
+    pub(crate) fn next_generation(&self) -> u32 {
+        self.generation.fetch_add(0x9e37_79b9, Ordering::Relaxed)
+    }
+
+    pub(crate) fn ag_inodes_free(&self, ag: u32) -> i64 {
+        self.ags[ag as usize].free.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn ag_may_hold_chunk(&self, ag: u32) -> bool {
+        self.ags[ag as usize].chunk_hint.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_ag_chunk_hint(&self, ag: u32, may: bool) {
+        self.ags[ag as usize]
+            .chunk_hint
+            .store(may, Ordering::Relaxed);
+    }
+
+    /// After blocks were freed: every AG may hold a chunk again.
+    pub(crate) fn blocks_freed(&self) {
+        for ag in &self.ags {
+            ag.chunk_hint.store(true, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn add_ag_inodes(&self, ag: u32, count: i64, free: i64) {
+        let state = &self.ags[ag as usize];
+        state.count.fetch_add(count, Ordering::Relaxed);
+        state.free.fetch_add(free, Ordering::Relaxed);
+    }
+
+    /// A new open-file handle number.
+    pub(crate) fn new_handle(&self) -> u64 {
+        self.next_handle.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Counts one operation.
+    pub(crate) fn count(counter: &AtomicU64, amount: u64) {
+        counter.fetch_add(amount, Ordering::Relaxed);
+    }
+}

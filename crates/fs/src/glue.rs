@@ -1,0 +1,157 @@
+//! Glue between the journal and the trees and allocator: a transaction as `Buffers`, the
+//! journal as the allocator's `LogSequence`, and the `TreeContext` of the per-AG inode trees.
+
+use cairn_alloc::{Allocator, LogSequence, Request};
+use cairn_btree::{Buffers, TreeContext, TreeError};
+use cairn_bufcache::{BufGuard, BufKey, ReadSpec};
+use cairn_format::FsBlock;
+use cairn_journal::{Journal, Transaction};
+
+/// A transaction seen as the trees' and allocator's buffer context.
+#[derive(Debug)]
+pub(crate) struct Tx<'j> {
+    pub tx: Transaction<'j>,
+}
+
+fn journal_error(block: FsBlock, error: cairn_journal::JournalError) -> TreeError {
+    match error {
+        cairn_journal::JournalError::Buffer(source) => TreeError::Buffer {
+            block: block.0,
+            source,
+        },
+        other => TreeError::NoSpace {
+            why: format!("journal refused block {}: {other}", block.0),
+        },
+    }
+}
+
+impl<'j> Buffers<'j> for Tx<'j> {
+    fn buffer(
+        &mut self,
+        block: FsBlock,
+        spec: &ReadSpec,
+        new: bool,
+    ) -> Result<&mut BufGuard<'j>, TreeError> {
+        let key = BufKey::single(block.0);
+        let result = if new {
+            self.tx.get_new_buf(key, spec)
+        } else {
+            self.tx.get_buf(key, spec)
+        };
+        result.map_err(|error| journal_error(block, error))
+    }
+
+    fn invalidate(&mut self, block: FsBlock, spec: &ReadSpec) -> Result<(), TreeError> {
+        let key = BufKey::single(block.0);
+        if self.tx.buf_mut(key).is_none() {
+            self.tx
+                .get_new_buf(key, spec)
+                .map_err(|error| journal_error(block, error))?;
+        }
+        self.tx
+            .invalidate_buf(key)
+            .map_err(|error| journal_error(block, error))
+    }
+}
+
+/// The journal as the allocator sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct JournalLog<'a>(pub &'a Journal);
+
+impl LogSequence for JournalLog<'_> {
+    fn durable_sequence(&self) -> u64 {
+        self.0.durable_sequence().0
+    }
+
+    fn force(&self, sequence: u64) -> Result<(), String> {
+        self.0
+            .force(cairn_journal::CommitSequence(sequence))
+            .map_err(|error| error.to_string())
+    }
+}
+
+/// The sequence a commit starting now can land in at the latest for busy-extent purposes:
+/// a commit joins the current context or a later one, so one past the current context is a
+/// bound that holds unless two pushes race the commit (the busy list is then cleared one
+/// checkpoint early, which only matters for data reuse; documented in docs/fs.md).
+pub(crate) fn free_sequence(journal: &Journal) -> u64 {
+    journal.current_sequence().0 + 1
+}
+
+/// Tree blocks of one AG's inode trees: taken from and given back to the allocator, always
+/// inside that AG (the trees' pointers are AG-relative).
+pub(crate) struct AgTreeCtx<'a, 'j> {
+    pub tx: &'a mut Tx<'j>,
+    pub alloc: &'a Allocator,
+    pub journal: &'a Journal,
+    pub ag: u32,
+}
+
+impl std::fmt::Debug for AgTreeCtx<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgTreeCtx").field("ag", &self.ag).finish()
+    }
+}
+
+impl<'j> Buffers<'j> for AgTreeCtx<'_, 'j> {
+    fn buffer(
+        &mut self,
+        block: FsBlock,
+        spec: &ReadSpec,
+        new: bool,
+    ) -> Result<&mut BufGuard<'j>, TreeError> {
+        self.tx.buffer(block, spec, new)
+    }
+
+    fn invalidate(&mut self, block: FsBlock, spec: &ReadSpec) -> Result<(), TreeError> {
+        self.tx.invalidate(block, spec)
+    }
+}
+
+impl<'j> TreeContext<'j> for AgTreeCtx<'_, 'j> {
+    fn allocate_block(&mut self) -> Result<FsBlock, TreeError> {
+        let geometry = self.alloc.geometry();
+        let target = FsBlock(geometry.ag_start(self.ag));
+        let mut request = Request::near(target, 1, 1);
+        request.lowest_ag = cairn_format::AgNumber(self.ag);
+        let log = JournalLog(self.journal);
+        let found = self
+            .alloc
+            .allocate(self.tx, &log, &request)
+            .map_err(|error| TreeError::NoSpace {
+                why: error.to_string(),
+            })?;
+        match found {
+            Some(allocation) if allocation.ag.0 == self.ag => Ok(allocation.fs_start),
+            Some(allocation) => {
+                let sequence = free_sequence(self.journal);
+                self.alloc
+                    .free(
+                        self.tx,
+                        &JournalLog(self.journal),
+                        allocation.fs_start,
+                        allocation.length,
+                        sequence,
+                    )
+                    .map_err(|error| TreeError::NoSpace {
+                        why: error.to_string(),
+                    })?;
+                Err(TreeError::NoSpace {
+                    why: "no free block in the inode tree's AG".into(),
+                })
+            }
+            None => Err(TreeError::NoSpace {
+                why: "no free block for an inode tree".into(),
+            }),
+        }
+    }
+
+    fn free_block(&mut self, block: FsBlock) -> Result<(), TreeError> {
+        let sequence = free_sequence(self.journal);
+        self.alloc
+            .free(self.tx, &JournalLog(self.journal), block, 1, sequence)
+            .map_err(|error| TreeError::NoSpace {
+                why: error.to_string(),
+            })
+    }
+}

@@ -1,0 +1,307 @@
+//! In-core inodes: one copy per inode, under its metadata lock, holding the decoded core and
+//! the full on-disk image (whose literal area is the authority for the forks).
+//!
+//! Every change is logged with `Transaction::log_inode(number, image)`; the journal copies the
+//! image home later, so until then this copy is the only current one. An inode therefore
+//! leaves the cache only when its home copy (through the buffer cache) equals it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use cairn_bufcache::{BufKey, BufferCache, ReadSpec};
+use cairn_format::inode::{FileType, ForkFormat, INODE_CORE_SIZE, InodeCore, Timestamp};
+use cairn_format::{Expected, FsBlock, Geometry, InodeNumber, MetaKind, OnDisk, stamp};
+use parking_lot::{Mutex, RwLock};
+
+use crate::FsError;
+use crate::types::{Attr, FileKind};
+
+/// Inodes kept in memory before a reclaim pass runs.
+pub(crate) const INODE_CACHE_TARGET: usize = 16_384;
+
+/// The mutable state of one inode, behind its metadata lock.
+#[derive(Debug)]
+pub(crate) struct InodeData {
+    pub core: InodeCore,
+    /// The whole inode image; the core bytes are re-encoded from `core` before logging.
+    pub raw: Vec<u8>,
+    /// Commit sequence of the last transaction that logged this inode.
+    pub last_sequence: u64,
+    /// FUSE lookup references.
+    pub lookups: u64,
+    /// Open handles.
+    pub opens: u64,
+}
+
+impl InodeData {
+    /// The data fork bytes.
+    pub fn data_fork(&self) -> &[u8] {
+        let range = self.core.data_fork_range(self.raw.len() as u32);
+        &self.raw[range]
+    }
+
+    /// The data fork bytes, for writing.
+    pub fn data_fork_mut(&mut self) -> &mut [u8] {
+        let range = self.core.data_fork_range(self.raw.len() as u32);
+        &mut self.raw[range]
+    }
+
+    /// The image to log: the core re-encoded and the CRC stamped.
+    pub fn image(&mut self) -> &[u8] {
+        self.core.encode(&mut self.raw[..INODE_CORE_SIZE]);
+        stamp(&mut self.raw, None);
+        &self.raw
+    }
+
+    pub fn file_type(&self) -> Option<FileType> {
+        self.core.file_type()
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.file_type() == Some(FileType::Directory)
+    }
+
+    /// Whether the inode is allocated (mode not 0).
+    pub fn is_allocated(&self) -> bool {
+        self.core.mode != 0
+    }
+
+    /// Sets the data fork format, zeroing the fork.
+    pub fn reset_data_fork(&mut self, format: ForkFormat) {
+        self.data_fork_mut().fill(0);
+        self.core.data_format = format;
+        self.core.data_extent_count = 0;
+    }
+
+    /// Attributes for the API.
+    pub fn attr(&self, number: u64, block_size: u32) -> Attr {
+        Attr {
+            inode: number,
+            generation: self.core.generation,
+            kind: kind_of(self.file_type()),
+            mode: self.core.mode & cairn_format::inode::MODE_PERMISSION_MASK,
+            nlink: self.core.nlink,
+            uid: self.core.uid,
+            gid: self.core.gid,
+            rdev: self.core.rdev,
+            size: self.core.size,
+            blocks_512: self.core.block_count * u64::from(block_size / 512),
+            atime: system_time(self.core.atime),
+            mtime: system_time(self.core.mtime),
+            ctime: system_time(self.core.ctime),
+            btime: system_time(self.core.btime),
+            block_size,
+        }
+    }
+}
+
+/// One cached inode.
+#[derive(Debug)]
+pub(crate) struct Inode {
+    pub number: u64,
+    /// The I/O lock: shared for reads, exclusive for writes that change the mapping or size.
+    pub io: RwLock<()>,
+    /// The metadata lock and the state it guards.
+    pub data: Mutex<InodeData>,
+}
+
+/// The API kind of a format file type.
+pub(crate) fn kind_of(file_type: Option<FileType>) -> FileKind {
+    match file_type {
+        Some(FileType::Directory) => FileKind::Directory,
+        Some(FileType::Symlink) => FileKind::Symlink,
+        Some(FileType::CharDevice) => FileKind::CharDevice,
+        Some(FileType::BlockDevice) => FileKind::BlockDevice,
+        Some(FileType::Fifo) => FileKind::Fifo,
+        Some(FileType::Socket) => FileKind::Socket,
+        _ => FileKind::Regular,
+    }
+}
+
+/// The format file type of an API kind.
+pub(crate) fn file_type_of(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::Regular => FileType::Regular,
+        FileKind::Directory => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+        FileKind::Fifo => FileType::Fifo,
+        FileKind::Socket => FileType::Socket,
+    }
+}
+
+/// A timestamp as a `SystemTime`.
+pub(crate) fn system_time(time: Timestamp) -> SystemTime {
+    let nanos = Duration::from_nanos(u64::from(time.nanoseconds));
+    if time.seconds >= 0 {
+        UNIX_EPOCH + Duration::from_secs(time.seconds as u64) + nanos
+    } else {
+        UNIX_EPOCH - Duration::from_secs(time.seconds.unsigned_abs()) + nanos
+    }
+}
+
+/// A `SystemTime` as a timestamp.
+pub(crate) fn timestamp(time: SystemTime) -> Timestamp {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(since) => Timestamp {
+            seconds: since.as_secs() as i64,
+            nanoseconds: since.subsec_nanos(),
+        },
+        Err(before) => {
+            let before = before.duration();
+            let mut seconds = -(before.as_secs() as i64);
+            let mut nanoseconds = 0;
+            if before.subsec_nanos() > 0 {
+                seconds -= 1;
+                nanoseconds = 1_000_000_000 - before.subsec_nanos();
+            }
+            Timestamp {
+                seconds,
+                nanoseconds,
+            }
+        }
+    }
+}
+
+/// The current time as a timestamp.
+pub(crate) fn now() -> Timestamp {
+    timestamp(SystemTime::now())
+}
+
+/// The inode cache: inode number to in-core inode.
+#[derive(Debug)]
+pub(crate) struct InodeCache {
+    map: Mutex<HashMap<u64, Arc<Inode>>>,
+    pub reclaimed: AtomicU64,
+}
+
+/// Where an inode lives: its cluster buffer (one block) and its byte offset in it.
+pub(crate) fn inode_home(geometry: &Geometry, number: u64) -> Option<(BufKey, usize)> {
+    let (block, offset): (FsBlock, usize) = geometry.inode_position(InodeNumber(number))?;
+    Some((BufKey::single(block.0), offset))
+}
+
+impl InodeCache {
+    pub fn new() -> Self {
+        Self {
+            map: Mutex::new(HashMap::new()),
+            reclaimed: AtomicU64::new(0),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+
+    /// The cached inode `number`, reading it from its cluster on a miss.
+    pub fn get(
+        &self,
+        cache: &BufferCache,
+        spec: &ReadSpec,
+        geometry: &Geometry,
+        number: u64,
+    ) -> Result<Arc<Inode>, FsError> {
+        if let Some(inode) = self.map.lock().get(&number) {
+            return Ok(Arc::clone(inode));
+        }
+        let loaded = Arc::new(read_inode(cache, spec, geometry, number)?);
+        let mut map = self.map.lock();
+        Ok(Arc::clone(map.entry(number).or_insert(loaded)))
+    }
+
+    /// The cached inode `number`, if cached.
+    pub fn cached(&self, number: u64) -> Option<Arc<Inode>> {
+        self.map.lock().get(&number).cloned()
+    }
+
+    /// Caches `inode` unless a copy is cached already; returns the cached one.
+    pub fn insert(&self, inode: Inode) -> Arc<Inode> {
+        let mut map = self.map.lock();
+        Arc::clone(map.entry(inode.number).or_insert_with(|| Arc::new(inode)))
+    }
+
+    /// Inodes nobody references, with their encoded images, for a reclaim pass.
+    pub fn idle(&self) -> Vec<Arc<Inode>> {
+        let map = self.map.lock();
+        map.values()
+            .filter(|inode| Arc::strong_count(inode) == 1)
+            .cloned()
+            .collect()
+    }
+
+    /// Drops `number` if nobody else holds it and its home copy equals `image`.
+    pub fn drop_if_clean(&self, number: u64, clean: impl FnOnce(&Inode) -> bool) {
+        let mut map = self.map.lock();
+        let Some(inode) = map.get(&number) else {
+            return;
+        };
+        // Two references: the map's and the caller's copy from `idle`.
+        if Arc::strong_count(inode) <= 2 && clean(inode) {
+            map.remove(&number);
+            self.reclaimed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Reads inode `number` from its home cluster through the buffer cache.
+pub(crate) fn read_inode(
+    cache: &BufferCache,
+    spec: &ReadSpec,
+    geometry: &Geometry,
+    number: u64,
+) -> Result<Inode, FsError> {
+    let (key, offset) = inode_home(geometry, number).ok_or(FsError::NotFound)?;
+    let guard = cache.get(key, spec)?;
+    let size = geometry.inode_size as usize;
+    let raw = guard
+        .get(offset..offset + size)
+        .ok_or_else(|| FsError::corrupt("inode", number, "outside its cluster"))?
+        .to_vec();
+    drop(guard);
+    let expected = Expected {
+        kind: MetaKind::Inode,
+        blkno: number,
+        uuid: spec.uuid,
+        owner: Some(number),
+    };
+    let core = InodeCore::read(&raw, &expected)
+        .map_err(|e| FsError::corrupt("inode", number, e.to_string()))?;
+    Ok(Inode {
+        number,
+        io: RwLock::new(()),
+        data: Mutex::new(InodeData {
+            core,
+            raw,
+            last_sequence: 0,
+            lookups: 0,
+            opens: 0,
+        }),
+    })
+}
+
+/// Whether the home copy of `data` (in the buffer cache) equals it, ignoring LSN and CRC.
+pub(crate) fn home_matches(
+    cache: &BufferCache,
+    spec: &ReadSpec,
+    geometry: &Geometry,
+    number: u64,
+    data: &mut InodeData,
+) -> bool {
+    let Some((key, offset)) = inode_home(geometry, number) else {
+        return false;
+    };
+    let Ok(guard) = cache.try_get(key, spec) else {
+        return false;
+    };
+    let image = data.image().to_vec();
+    let size = image.len();
+    let Some(home) = guard.get(offset..offset + size) else {
+        return false;
+    };
+    // Bytes 4..8 are the CRC and 16..24 the LSN, both restamped on the way home.
+    let same = |range: std::ops::Range<usize>| home[range.clone()] == image[range];
+    same(0..4) && same(8..16) && same(24..size)
+}

@@ -1,0 +1,41 @@
+//! cairn-fs: the filesystem core as a plain Rust library (no FUSE): mount and unmount with
+//! recovery, inodes allocated in chunks through per-AG inode and free-inode trees, short-form
+//! and block directories, symlinks, hard links, data I/O straight to the device with
+//! unwritten extents, truncate, the unlinked list, fsync and statfs. Every change is made in
+//! a journal transaction. The design and the crash arguments are in `docs/fs.md`.
+//!
+//! Owns: the in-core inode cache (one copy per inode, under its metadata lock), the per-AG
+//! inode counts, file data mappings (`bmap`), data I/O (`data`), directories and the
+//! unlinked lists.
+//! Invariants:
+//! - every metadata change is logged in a transaction; an inode is changed only under its
+//!   metadata lock and logged whole before that lock is released;
+//! - new data blocks are mapped unwritten until the data is on the device, so a crash never
+//!   exposes stale blocks;
+//! - an inode whose link count reached 0 is on its AG's unlinked list until freed;
+//! - locks are taken parent directory before child, inode locks before the transaction's
+//!   buffer locks, AG headers in ascending AG order;
+//! - a cached inode is dropped only when its home copy equals it.
+
+mod attr;
+mod bmap;
+mod data;
+mod dir;
+mod error;
+mod fs;
+mod glue;
+mod ialloc;
+mod inode;
+mod namei;
+mod perm;
+mod remove;
+mod symlink;
+mod types;
+mod unlinked;
+
+pub use error::FsError;
+pub use fs::Filesystem;
+pub use types::{
+    AtimeMode, Attr, Credentials, DirEntry, FallocateMode, FileKind, FsOpStats, FsStats, LogMode,
+    MountOptions, OpenFile, RenameMode, SeekKind, SetAttr, StatFs, TimeOrNow, XattrFlags,
+};

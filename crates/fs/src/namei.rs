@@ -1,0 +1,472 @@
+//! Namespace operations: lookup, create (files, devices, FIFOs, sockets), mkdir, symlink,
+//! link, readdir, getattr and access. Removal and rename live in `remove.rs`/`rename.rs`.
+//!
+//! Locking: the parent directory's metadata lock is taken first, then the child's; the
+//! transaction begins after the locks, and its buffers are locked inside it.
+
+use std::sync::Arc;
+
+use cairn_bufcache::BufKey;
+use cairn_format::dir::check_name;
+use cairn_format::inode::{
+    FileType, ForkFormat, INODE_FLAG_EXTSIZE_INHERIT, InodeCore, MODE_PERMISSION_MASK,
+};
+use cairn_format::limits::NAME_LEN_MAX;
+use cairn_format::types::NULL_AG_INODE;
+use cairn_format::{Expected, MetaKind};
+use cairn_journal::Reservation;
+use parking_lot::{Mutex, RwLock};
+
+use crate::fs::Filesystem;
+use crate::glue::Tx;
+use crate::inode::{Inode, InodeData, file_type_of, inode_home, kind_of, now};
+use crate::types::{Attr, Credentials, DirEntry, FileKind};
+use crate::{FsError, dir, ialloc, perm, symlink};
+
+/// Checks a name from the API: length, then the bytes.
+pub(crate) fn valid_name(name: &[u8]) -> Result<(), FsError> {
+    if name.len() > NAME_LEN_MAX {
+        return Err(FsError::NameTooLong);
+    }
+    check_name(name).map_err(|_| FsError::InvalidName)
+}
+
+/// What a new inode is.
+pub(crate) struct NewInode<'a> {
+    pub file_type: FileType,
+    pub mode: u16,
+    pub rdev: u32,
+    pub symlink_target: Option<&'a [u8]>,
+}
+
+impl Filesystem {
+    /// Looks up `name` in `parent` and takes one lookup reference on the result.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
+        Self::count(&self.counters.lookups, 1);
+        if name.len() > NAME_LEN_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        let number = self.lookup_number(parent, name)?;
+        let inode = self.live_inode(number)?;
+        let mut data = inode.data.lock();
+        data.lookups += 1;
+        Ok(data.attr(number, self.geometry.block_size))
+    }
+
+    /// The inode number `name` names in `parent` ("." and ".." included).
+    pub(crate) fn lookup_number(&self, parent: u64, name: &[u8]) -> Result<u64, FsError> {
+        let dir_inode = self.live_inode(parent)?;
+        let dir_data = dir_inode.data.lock();
+        if !dir_data.is_dir() {
+            return Err(FsError::NotDirectory);
+        }
+        let mut tx = self.begin(Reservation::new(0))?;
+        let found = match name {
+            b"." => Ok(Some(parent)),
+            b".." => dir::parent(self, &mut tx, &dir_data).map(Some),
+            _ => dir::lookup(self, &mut tx, &dir_data, name).map(|f| f.map(|f| f.inode)),
+        };
+        tx.tx.cancel()?;
+        found?.ok_or(FsError::NotFound)
+    }
+
+    /// Drops `lookups` lookup references; an unlinked inode is freed once nothing holds it.
+    pub fn forget(&self, inode: u64, lookups: u64) {
+        let Ok(handle) = self.inode(inode) else {
+            return;
+        };
+        let free = {
+            let mut data = handle.data.lock();
+            data.lookups = data.lookups.saturating_sub(lookups);
+            data.lookups == 0 && data.opens == 0 && data.core.nlink == 0 && data.is_allocated()
+        };
+        if free {
+            // Errors here leave the inode on the unlinked list; the next mount frees it.
+            let _ = crate::unlinked::free_orphan(self, &handle);
+        }
+    }
+
+    /// The attributes of `inode`.
+    pub fn getattr(&self, inode: u64) -> Result<Attr, FsError> {
+        let handle = self.live_inode(inode)?;
+        let data = handle.data.lock();
+        Ok(data.attr(inode, self.geometry.block_size))
+    }
+
+    /// Checks access `mask` (R=4, W=2, X=1; 0 = existence) for `who`.
+    pub fn access(&self, inode: u64, mask: u32, who: &Credentials) -> Result<(), FsError> {
+        let handle = self.live_inode(inode)?;
+        let data = handle.data.lock();
+        if mask & perm::WRITE != 0 {
+            self.check_writable()?;
+        }
+        perm::check(&data, who, mask & 7)
+    }
+
+    /// Creates a file, device, FIFO or socket (not a directory or symlink); takes a lookup
+    /// reference on it.
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: FileKind,
+        mode: u16,
+        rdev: u32,
+        who: &Credentials,
+    ) -> Result<Attr, FsError> {
+        if matches!(kind, FileKind::Directory | FileKind::Symlink) {
+            return Err(FsError::InvalidArgument(
+                "create makes no directories or symlinks",
+            ));
+        }
+        let new = NewInode {
+            file_type: file_type_of(kind),
+            mode,
+            rdev,
+            symlink_target: None,
+        };
+        self.make(parent, name, &new, who)
+    }
+
+    /// Creates a directory; takes a lookup reference on it.
+    pub fn mkdir(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u16,
+        who: &Credentials,
+    ) -> Result<Attr, FsError> {
+        let new = NewInode {
+            file_type: FileType::Directory,
+            mode,
+            rdev: 0,
+            symlink_target: None,
+        };
+        self.make(parent, name, &new, who)
+    }
+
+    /// Creates a symlink to `target`; takes a lookup reference on it.
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        who: &Credentials,
+    ) -> Result<Attr, FsError> {
+        symlink::check_target(target)?;
+        let new = NewInode {
+            file_type: FileType::Symlink,
+            mode: 0o777,
+            rdev: 0,
+            symlink_target: Some(target),
+        };
+        self.make(parent, name, &new, who)
+    }
+
+    /// The common path of every create: checks, allocate, initialise, link into `parent`.
+    fn make(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new: &NewInode<'_>,
+        who: &Credentials,
+    ) -> Result<Attr, FsError> {
+        self.check_writable()?;
+        valid_name(name)?;
+        Self::count(&self.counters.creates, 1);
+        let dir_inode = self.live_inode(parent)?;
+        let mut dir_data = dir_inode.data.lock();
+        check_dir_writable(&dir_data, who)?;
+        if new.file_type == FileType::Directory && dir_data.core.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        let mut tx = self.begin(Reservation::create(&self.geometry))?;
+        if dir::lookup(self, &mut tx, &dir_data, name)?.is_some() {
+            tx.tx.cancel()?;
+            return Err(FsError::Exists);
+        }
+        let inode = match self.make_in(&mut tx, parent, &mut dir_data, name, new, who) {
+            Ok(inode) => inode,
+            Err(error) => {
+                // Whatever changed (a free-list refill, an undone allocation) is consistent.
+                tx.tx.commit()?;
+                return Err(error);
+            }
+        };
+        let mut data = inode.data.lock();
+        Self::log_inode(&mut tx, parent, &mut dir_data);
+        Self::log_inode(&mut tx, inode.number, &mut data);
+        Self::commit(tx, &mut [&mut dir_data, &mut data])?;
+        data.lookups += 1;
+        Ok(data.attr(inode.number, self.geometry.block_size))
+    }
+
+    /// Allocates and initialises the inode and adds its entry; on failure after the
+    /// allocation the inode is freed again in the same transaction.
+    fn make_in(
+        &self,
+        tx: &mut Tx<'_>,
+        parent: u64,
+        dir_data: &mut InodeData,
+        name: &[u8],
+        new: &NewInode<'_>,
+        who: &Credentials,
+    ) -> Result<Arc<Inode>, FsError> {
+        let ag = match new.file_type {
+            FileType::Directory => self.next_dir_ag(),
+            _ => self.geometry.split_ag(parent),
+        };
+        let number = ialloc::allocate_inode(self, tx, ag)?;
+        let inode = self.fresh_inode(tx, number)?;
+        let added = {
+            let mut data = inode.data.lock();
+            self.init_inode(tx, &mut data, dir_data, parent, new, who)
+                .and_then(|()| dir::add(self, tx, dir_data, name, number, new.file_type))
+        };
+        if let Err(error) = added {
+            let mut data = inode.data.lock();
+            data.core.mode = 0;
+            Self::log_inode(tx, number, &mut data);
+            ialloc::free_inode(self, tx, number)?;
+            return Err(error);
+        }
+        let now = now();
+        dir_data.core.mtime = now;
+        dir_data.core.ctime = now;
+        if new.file_type == FileType::Directory {
+            dir_data.core.nlink += 1;
+        }
+        Ok(inode)
+    }
+
+    /// Fills in a newly allocated inode.
+    fn init_inode(
+        &self,
+        tx: &mut Tx<'_>,
+        data: &mut InodeData,
+        parent_data: &InodeData,
+        parent: u64,
+        new: &NewInode<'_>,
+        who: &Credentials,
+    ) -> Result<(), FsError> {
+        let is_dir = new.file_type == FileType::Directory;
+        let (gid, mode) = perm::inherit(parent_data, who, is_dir, new.mode & MODE_PERMISSION_MASK);
+        let now = now();
+        let core = &mut data.core;
+        core.mode = new.file_type.mode_bits() | mode;
+        core.uid = who.uid;
+        core.gid = gid;
+        core.nlink = if is_dir { 2 } else { 1 };
+        core.generation = core.generation.wrapping_add(1);
+        core.flags = 0;
+        core.size = 0;
+        core.block_count = 0;
+        (core.atime, core.mtime, core.ctime, core.btime) = (now, now, now, now);
+        core.next_unlinked = NULL_AG_INODE;
+        core.rdev = 0;
+        core.attr_format = None;
+        core.attr_offset = 0;
+        core.attr_extent_count = 0;
+        core.extent_size_hint = 0;
+        if parent_data.core.flags & INODE_FLAG_EXTSIZE_INHERIT != 0 {
+            core.extent_size_hint = parent_data.core.extent_size_hint;
+            if is_dir {
+                core.flags |= INODE_FLAG_EXTSIZE_INHERIT;
+            }
+        }
+        let literal_end = data.raw.len();
+        data.raw[cairn_format::inode::INODE_CORE_SIZE..literal_end].fill(0);
+        match new.file_type {
+            FileType::Directory => dir::init(data, parent),
+            FileType::Symlink => {
+                let target = new.symlink_target.unwrap_or_default();
+                symlink::store(self, tx, data, target)
+            }
+            FileType::Regular => {
+                data.reset_data_fork(ForkFormat::Extents);
+                Ok(())
+            }
+            _ => {
+                data.reset_data_fork(ForkFormat::Device);
+                data.core.rdev = new.rdev;
+                Ok(())
+            }
+        }
+    }
+
+    /// The in-core inode for a number just allocated in `tx`: the cached copy, or one read
+    /// through the transaction (its cluster may be a new buffer the transaction holds).
+    fn fresh_inode(&self, tx: &mut Tx<'_>, number: u64) -> Result<Arc<Inode>, FsError> {
+        if let Some(inode) = self.inodes.cached(number) {
+            return Ok(inode);
+        }
+        let (key, offset): (BufKey, usize) =
+            inode_home(&self.geometry, number).ok_or(FsError::NotFound)?;
+        let guard = tx.tx.get_buf(key, &self.cluster_spec)?;
+        let size = self.geometry.inode_size as usize;
+        let raw = guard
+            .get(offset..offset + size)
+            .ok_or_else(|| FsError::corrupt("inode", number, "outside its cluster"))?
+            .to_vec();
+        let expected = Expected {
+            kind: MetaKind::Inode,
+            blkno: number,
+            uuid: self.uuid,
+            owner: Some(number),
+        };
+        let core = InodeCore::read(&raw, &expected)
+            .map_err(|e| FsError::corrupt("inode", number, e.to_string()))?;
+        if core.mode != 0 {
+            return Err(FsError::corrupt(
+                "inode",
+                number,
+                "free in the tree but in use",
+            ));
+        }
+        let inode = Inode {
+            number,
+            io: RwLock::new(()),
+            data: Mutex::new(InodeData {
+                core,
+                raw,
+                last_sequence: 0,
+                lookups: 0,
+                opens: 0,
+            }),
+        };
+        Ok(self.inodes.insert(inode))
+    }
+
+    /// The AG for a new directory: round robin, spreading directory trees over the AGs.
+    fn next_dir_ag(&self) -> u32 {
+        let next = self
+            .dir_rotor
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        next % self.geometry.ag_count
+    }
+
+    /// Reads a directory: ".", "..", then the entries after `cookie`.
+    pub fn readdir(
+        &self,
+        inode: u64,
+        cookie: u64,
+        max_entries: usize,
+    ) -> Result<Vec<DirEntry>, FsError> {
+        let handle = self.live_inode(inode)?;
+        let data = handle.data.lock();
+        if !data.is_dir() {
+            return Err(FsError::NotDirectory);
+        }
+        let mut tx = self.begin(Reservation::new(0))?;
+        let result = self.readdir_in(&mut tx, inode, &data, cookie, max_entries);
+        tx.tx.cancel()?;
+        result
+    }
+
+    fn readdir_in(
+        &self,
+        tx: &mut Tx<'_>,
+        inode: u64,
+        data: &InodeData,
+        cookie: u64,
+        max_entries: usize,
+    ) -> Result<Vec<DirEntry>, FsError> {
+        let mut out = Vec::new();
+        if cookie < 1 && out.len() < max_entries {
+            out.push(dot(b".", inode, 1));
+        }
+        if cookie < 2 && out.len() < max_entries {
+            out.push(dot(b"..", dir::parent(self, tx, data)?, 2));
+        }
+        let room = max_entries - out.len();
+        for found in dir::entries(self, tx, data, cookie, room)? {
+            out.push(DirEntry {
+                name: found.name,
+                inode: found.inode,
+                kind: kind_of(Some(found.file_type)),
+                cookie: found.cookie,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Adds a hard link to `inode` as `new_name` in `new_parent`.
+    pub fn link(
+        &self,
+        inode: u64,
+        new_parent: u64,
+        new_name: &[u8],
+        who: &Credentials,
+    ) -> Result<Attr, FsError> {
+        self.check_writable()?;
+        valid_name(new_name)?;
+        let dir_inode = self.live_inode(new_parent)?;
+        let target = self.live_inode(inode)?;
+        if inode == new_parent {
+            return Err(FsError::NotPermitted);
+        }
+        let mut dir_data = dir_inode.data.lock();
+        check_dir_writable(&dir_data, who)?;
+        let mut data = target.data.lock();
+        if data.is_dir() {
+            return Err(FsError::NotPermitted);
+        }
+        if data.core.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        if data.core.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        let mut tx = self.begin(Reservation::create(&self.geometry))?;
+        if dir::lookup(self, &mut tx, &dir_data, new_name)?.is_some() {
+            tx.tx.cancel()?;
+            return Err(FsError::Exists);
+        }
+        let file_type = data.file_type().unwrap_or(FileType::Regular);
+        if let Err(error) = dir::add(self, &mut tx, &mut dir_data, new_name, inode, file_type) {
+            tx.tx.commit()?;
+            return Err(error);
+        }
+        let now = now();
+        data.core.nlink += 1;
+        data.core.ctime = now;
+        dir_data.core.mtime = now;
+        dir_data.core.ctime = now;
+        Self::log_inode(&mut tx, new_parent, &mut dir_data);
+        Self::log_inode(&mut tx, inode, &mut data);
+        Self::commit(tx, &mut [&mut dir_data, &mut data])?;
+        data.lookups += 1;
+        Ok(data.attr(inode, self.geometry.block_size))
+    }
+}
+
+/// Most links one inode may have.
+pub(crate) const LINK_MAX: u32 = u32::MAX - 1;
+
+fn dot(name: &[u8], inode: u64, cookie: u64) -> DirEntry {
+    DirEntry {
+        name: name.to_vec(),
+        inode,
+        kind: FileKind::Directory,
+        cookie,
+    }
+}
+
+/// AG of an inode number, as a helper on the geometry.
+pub(crate) trait SplitAg {
+    fn split_ag(&self, number: u64) -> u32;
+}
+
+impl SplitAg for cairn_format::Geometry {
+    fn split_ag(&self, number: u64) -> u32 {
+        ((number >> self.ag_inode_bits()) as u32).min(self.ag_count - 1)
+    }
+}
+
+/// The directory must be a directory the caller may write and search.
+pub(crate) fn check_dir_writable(data: &InodeData, who: &Credentials) -> Result<(), FsError> {
+    if !data.is_dir() {
+        return Err(FsError::NotDirectory);
+    }
+    perm::check(data, who, perm::WRITE | perm::EXECUTE)
+}

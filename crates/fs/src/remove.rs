@@ -1,0 +1,88 @@
+//! Removing names: unlink and rmdir. An inode whose last link goes is put on the unlinked
+//! list in the same transaction, and freed at once if nothing holds it (else on last close
+//! or forget).
+
+use std::sync::Arc;
+
+use cairn_journal::Reservation;
+
+use crate::fs::Filesystem;
+use crate::inode::{Inode, now};
+use crate::namei::{check_dir_writable, valid_name};
+use crate::types::Credentials;
+use crate::{FsError, dir, perm, unlinked};
+
+impl Filesystem {
+    /// Removes the non-directory entry `name` from `parent`.
+    pub fn unlink(&self, parent: u64, name: &[u8], who: &Credentials) -> Result<(), FsError> {
+        self.remove_name(parent, name, who, false)
+    }
+
+    /// Removes the empty directory `name` from `parent`.
+    pub fn rmdir(&self, parent: u64, name: &[u8], who: &Credentials) -> Result<(), FsError> {
+        self.remove_name(parent, name, who, true)
+    }
+
+    fn remove_name(
+        &self,
+        parent: u64,
+        name: &[u8],
+        who: &Credentials,
+        want_dir: bool,
+    ) -> Result<(), FsError> {
+        self.check_writable()?;
+        if want_dir && name == b"." {
+            return Err(FsError::InvalidArgument("rmdir of \".\""));
+        }
+        if want_dir && name == b".." {
+            return Err(FsError::NotEmpty);
+        }
+        valid_name(name)?;
+        Self::count(&self.counters.removes, 1);
+        let dir_inode = self.live_inode(parent)?;
+        let mut dir_data = dir_inode.data.lock();
+        check_dir_writable(&dir_data, who)?;
+        let mut tx = self.begin(Reservation::remove(&self.geometry))?;
+        let found = dir::lookup(self, &mut tx, &dir_data, name)?;
+        let Some(found) = found else {
+            tx.tx.cancel()?;
+            return Err(FsError::NotFound);
+        };
+        let child: Arc<Inode> = self.live_inode(found.inode)?;
+        let mut data = child.data.lock();
+        let checked = match (want_dir, data.is_dir()) {
+            (false, true) => Err(FsError::IsDirectory),
+            (true, false) => Err(FsError::NotDirectory),
+            (true, true) if !dir::is_empty(self, &mut tx, &data)? => Err(FsError::NotEmpty),
+            _ => perm::check_sticky(&dir_data, &data, who),
+        };
+        if let Err(error) = checked {
+            tx.tx.cancel()?;
+            return Err(error);
+        }
+        dir::remove(self, &mut tx, &mut dir_data, name)?;
+        let now = now();
+        data.core.ctime = now;
+        dir_data.core.mtime = now;
+        dir_data.core.ctime = now;
+        if want_dir {
+            data.core.nlink = 0;
+            dir_data.core.nlink = dir_data.core.nlink.saturating_sub(1);
+        } else {
+            data.core.nlink = data.core.nlink.saturating_sub(1);
+        }
+        if data.core.nlink == 0 {
+            unlinked::add(self, &mut tx, found.inode, &mut data)?;
+        }
+        Self::log_inode(&mut tx, parent, &mut dir_data);
+        Self::log_inode(&mut tx, found.inode, &mut data);
+        Self::commit(tx, &mut [&mut dir_data, &mut data])?;
+        let idle = data.core.nlink == 0 && data.lookups == 0 && data.opens == 0;
+        drop(data);
+        drop(dir_data);
+        if idle {
+            unlinked::free_orphan(self, &child)?;
+        }
+        Ok(())
+    }
+}

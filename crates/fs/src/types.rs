@@ -1,0 +1,212 @@
+//! The value types of the public API: options, credentials, attributes, directory entries,
+//! modes of rename, fallocate and seek, and the statistics snapshot.
+
+use std::time::SystemTime;
+
+pub use cairn_journal::LogMode;
+
+/// How access times are updated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtimeMode {
+    /// Update atime only when it is older than mtime or ctime, or a day old.
+    #[default]
+    Relatime,
+    /// Never update atime.
+    Noatime,
+    /// Update atime on every read.
+    Strict,
+}
+
+/// Mount options.
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    pub read_only: bool,
+    pub log_mode: LogMode,
+    /// Metadata buffer cache memory limit; `None` = the cache's default.
+    pub cache_bytes: Option<u64>,
+    /// Fixed preallocation size (bytes); `None` = dynamic.
+    pub alloc_size: Option<u64>,
+    pub atime: AtimeMode,
+    /// Allow log recovery on a read-only mount.
+    pub recover_read_only: bool,
+    /// Open the device through the page cache instead of `O_DIRECT` (`mount_path` only).
+    pub buffered: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        Self {
+            read_only: false,
+            log_mode: LogMode::Delayed,
+            cache_bytes: None,
+            alloc_size: None,
+            atime: AtimeMode::default(),
+            recover_read_only: false,
+            buffered: false,
+        }
+    }
+}
+
+/// Who performs an operation. uid 0 is root.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+impl Credentials {
+    /// Root credentials.
+    pub fn root() -> Self {
+        Self::default()
+    }
+
+    /// Whether the caller is in group `gid`.
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+}
+
+/// The type of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    Regular,
+    Directory,
+    Symlink,
+    CharDevice,
+    BlockDevice,
+    Fifo,
+    Socket,
+}
+
+/// Attributes of an inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    pub inode: u64,
+    pub generation: u32,
+    pub kind: FileKind,
+    /// Permission bits including setuid, setgid and sticky.
+    pub mode: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub size: u64,
+    pub blocks_512: u64,
+    pub atime: SystemTime,
+    pub mtime: SystemTime,
+    pub ctime: SystemTime,
+    pub btime: SystemTime,
+    pub block_size: u32,
+}
+
+/// A time to set: a given instant or the current time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeOrNow {
+    Time(SystemTime),
+    Now,
+}
+
+/// Attribute changes; `None` leaves a field alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeOrNow>,
+    pub mtime: Option<TimeOrNow>,
+    pub ctime: Option<SystemTime>,
+}
+
+/// One directory entry returned by `readdir`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub inode: u64,
+    pub kind: FileKind,
+    /// Pass back to continue after this entry.
+    pub cookie: u64,
+}
+
+/// How `rename` treats an existing target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenameMode {
+    /// Replace an existing target (POSIX rename).
+    Replace,
+    /// Fail with `Exists` if the target exists.
+    NoReplace,
+    /// Swap source and target atomically; both must exist.
+    Exchange,
+}
+
+/// What `fallocate` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FallocateMode {
+    Allocate { keep_size: bool },
+    PunchHole,
+    ZeroRange { keep_size: bool },
+}
+
+/// What `seek` looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeekKind {
+    Data,
+    Hole,
+}
+
+/// Filesystem statistics for `statfs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub blocks_available: u64,
+    pub inodes: u64,
+    pub inodes_free: u64,
+    pub name_max: u32,
+}
+
+/// An open file: its inode and the handle `release` takes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenFile {
+    pub inode: u64,
+    pub handle: u64,
+}
+
+/// `setxattr` flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XattrFlags {
+    /// Create or replace.
+    #[default]
+    Any,
+    /// Fail with `Exists` if the attribute exists.
+    Create,
+    /// Fail with `NoData` if it does not.
+    Replace,
+}
+
+/// Counters of the filesystem's own operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FsOpStats {
+    pub lookups: u64,
+    pub creates: u64,
+    pub removes: u64,
+    pub renames: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub fsyncs: u64,
+    pub inodes_cached: u64,
+    pub inodes_reclaimed: u64,
+}
+
+/// A snapshot of every subsystem's counters.
+#[derive(Debug, Clone)]
+pub struct FsStats {
+    pub fs: FsOpStats,
+    pub bufcache: cairn_bufcache::StatsSnapshot,
+    pub journal: cairn_journal::JournalStats,
+    pub alloc: cairn_alloc::AllocStats,
+}

@@ -1,0 +1,103 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use cairn_fs::{FileKind, FsError};
+use common::{fsck_clean, make_device, mount, root};
+
+// Creates files and directories, writes and reads data, remounts, and checks it all survived
+// and that fsck finds nothing wrong.
+#[test]
+fn create_write_remount_persists() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let who = root();
+    let top = fs.root();
+    let dir = fs.mkdir(top, b"dir", 0o755, &who).unwrap();
+    assert_eq!(dir.kind, FileKind::Directory);
+    let file = fs
+        .create(dir.inode, b"file", FileKind::Regular, 0o644, 0, &who)
+        .unwrap();
+    assert_eq!(fs.write(file.inode, 0, b"hello world").unwrap(), 11);
+    assert_eq!(fs.read(file.inode, 0, 100).unwrap(), b"hello world");
+    assert_eq!(fs.write(file.inode, 10_000, b"far").unwrap(), 3);
+    let read = fs.read(file.inode, 0, 20_000).unwrap();
+    assert_eq!(read.len(), 10_003);
+    assert!(read[11..10_000].iter().all(|&b| b == 0));
+    assert!(matches!(
+        fs.create(dir.inode, b"file", FileKind::Regular, 0o644, 0, &who),
+        Err(FsError::Exists)
+    ));
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+
+    let fs = mount(&device);
+    let dir = fs.lookup(fs.root(), b"dir").unwrap();
+    let file = fs.lookup(dir.inode, b"file").unwrap();
+    assert_eq!(file.size, 10_003);
+    assert_eq!(&fs.read(file.inode, 0, 11).unwrap()[..], b"hello world");
+    assert_eq!(fs.read(file.inode, 10_000, 10).unwrap(), b"far");
+    let names: Vec<_> = fs
+        .readdir(dir.inode, 0, 100)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, vec![b".".to_vec(), b"..".to_vec(), b"file".to_vec()]);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+// Fills a directory past the short form so it moves into blocks, then removes everything.
+#[test]
+fn directory_grows_into_blocks_and_empties() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let who = root();
+    let dir = fs.mkdir(fs.root(), b"big", 0o755, &who).unwrap();
+    let count = 300;
+    for index in 0..count {
+        let name = format!("entry-number-{index:05}");
+        fs.create(
+            dir.inode,
+            name.as_bytes(),
+            FileKind::Regular,
+            0o644,
+            0,
+            &who,
+        )
+        .unwrap();
+    }
+    for index in 0..count {
+        let name = format!("entry-number-{index:05}");
+        fs.lookup(dir.inode, name.as_bytes()).unwrap();
+    }
+    let mut seen = 0;
+    let mut cookie = 0;
+    loop {
+        let batch = fs.readdir(dir.inode, cookie, 37).unwrap();
+        let Some(last) = batch.last() else { break };
+        cookie = last.cookie;
+        seen += batch.len();
+    }
+    assert_eq!(seen, count + 2);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+    let fs = mount(&device);
+    let dir = fs.lookup(fs.root(), b"big").unwrap();
+    assert!(matches!(
+        fs.rmdir(fs.root(), b"big", &who),
+        Err(FsError::NotEmpty)
+    ));
+    for index in 0..count {
+        let name = format!("entry-number-{index:05}");
+        fs.unlink(dir.inode, name.as_bytes(), &who).unwrap();
+    }
+    fs.rmdir(fs.root(), b"big", &who).unwrap();
+    assert!(matches!(
+        fs.lookup(fs.root(), b"big"),
+        Err(FsError::NotFound)
+    ));
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
