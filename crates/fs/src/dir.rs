@@ -218,6 +218,25 @@ pub(crate) fn add(
     inode: u64,
     file_type: FileType,
 ) -> Result<(), FsError> {
+    // A failed add (no space for a new block) must leave the in-core inode as it was: the
+    // caller commits the transaction without logging it.
+    let (core, raw) = (data.core, data.raw.clone());
+    let added = add_inner(fs, tx, data, name, inode, file_type);
+    if added.is_err() {
+        data.core = core;
+        data.raw = raw;
+    }
+    added
+}
+
+fn add_inner(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    data: &mut InodeData,
+    name: &[u8],
+    inode: u64,
+    file_type: FileType,
+) -> Result<(), FsError> {
     if data.core.data_format == ForkFormat::Local {
         let mut dir = shortform(data)?;
         let tag = next_tag(&dir);
@@ -381,23 +400,57 @@ pub(crate) fn remove(
     Err(FsError::NotFound)
 }
 
-#[expect(dead_code, reason = "rename uses it; lands in the next commit")]
-/// Points the entry named `name` at `inode` (rename over an existing target): removed and
-/// added again, so the entry may move.
-pub(crate) fn replace(
+/// Points the entry named `name` at `inode` of type `file_type` in place (rename over an
+/// existing target, exchange): the entry keeps its position, so its cookie stays valid.
+/// Returns the entry as it was. Needs no space, so it cannot fail with `NoSpace`.
+pub(crate) fn retarget(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
     data: &mut InodeData,
     name: &[u8],
     inode: u64,
     file_type: FileType,
-) -> Result<u64, FsError> {
-    let old = remove(fs, tx, data, name)?;
-    add(fs, tx, data, name, inode, file_type)?;
-    Ok(old.inode)
+) -> Result<Found, FsError> {
+    if data.core.data_format == ForkFormat::Local {
+        let mut dir = shortform(data)?;
+        let entry = dir
+            .entries
+            .iter_mut()
+            .find(|e| e.name == name)
+            .ok_or(FsError::NotFound)?;
+        let old = entry.clone();
+        entry.inode = inode;
+        entry.file_type = file_type;
+        store_shortform(data, &dir)?;
+        return Ok(Found {
+            inode: old.inode,
+            file_type: old.file_type,
+            cookie: u64::from(old.tag) + COOKIE_BASE,
+            name: old.name,
+        });
+    }
+    let found = lookup(fs, tx, data, name)?.ok_or(FsError::NotFound)?;
+    let (index, offset) = split_cookie(found.cookie)?;
+    let block = block_of(data, index)?;
+    let guard = tx
+        .tx
+        .get_buf(BufKey::single(block.0), &spec(fs, data.core.header.blkno))?;
+    // An entry is file_type u8 @0, name_len u8 @1, inode u64 @2 (format.md section 12).
+    let at = usize::from(offset);
+    guard.write(at, &[file_type.code()])?;
+    guard.write(at + 2, &inode.to_le_bytes())?;
+    Ok(found)
 }
 
-#[expect(dead_code, reason = "rename uses it; lands in the next commit")]
+/// The data block index and offset of a block-form cookie.
+fn split_cookie(cookie: u64) -> Result<(u32, u16), FsError> {
+    let address = cookie
+        .checked_sub(COOKIE_BASE)
+        .and_then(|a| u32::try_from(a).ok())
+        .ok_or(FsError::InvalidArgument("not a directory cookie"))?;
+    Ok(cairn_format::dir::split_dir_address(address))
+}
+
 /// Changes the parent of a directory (after it moved).
 pub(crate) fn set_parent(
     fs: &Filesystem,

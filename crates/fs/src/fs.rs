@@ -63,6 +63,8 @@ pub struct Filesystem {
     pub(crate) generation: AtomicU32,
     pub(crate) dir_rotor: AtomicU32,
     pub(crate) recovery: RecoveryReport,
+    /// Serialises renames (see `rename.rs` for the lock order).
+    pub(crate) rename_lock: parking_lot::Mutex<()>,
 }
 
 /// Reads and checks the primary superblock of `device`.
@@ -124,6 +126,7 @@ impl Filesystem {
             generation: AtomicU32::new(created as u32),
             dir_rotor: AtomicU32::new(0),
             recovery,
+            rename_lock: parking_lot::Mutex::new(()),
         };
         fs.finish_intents()?;
         fs.load_ag_counts()?;

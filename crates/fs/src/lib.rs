@@ -29,6 +29,7 @@ mod inode;
 mod namei;
 mod perm;
 mod remove;
+mod rename;
 mod symlink;
 mod types;
 mod unlinked;

@@ -1,0 +1,510 @@
+//! Rename: move a name within or across directories, replace an existing target, refuse to
+//! replace (`NoReplace`), or swap two names (`Exchange`).
+//!
+//! Lock order. Only rename changes which directory another directory lives in, so renames
+//! are serialised by the filesystem-wide rename lock, and while it is held the tree's shape
+//! (who is whose ancestor) is fixed. Under it:
+//! 1. the two parent directories: an ancestor before its descendant, unrelated ones in
+//!    ascending inode order (every other operation locks a parent before its child, so an
+//!    ancestor-first order agrees with them);
+//! 2. then the source and target inodes, in ascending inode order (neither is an ancestor of
+//!    a locked parent: moving a directory into itself is refused, and a target that is an
+//!    ancestor of the source's parent is refused before anything is locked);
+//! 3. then the transaction and its buffers.
+//!
+//! Lookups done before locking are checked again under the locks; if a concurrent create or
+//! unlink changed either name, the locks are dropped and the rename starts over.
+
+use std::sync::Arc;
+
+use cairn_format::inode::FileType;
+use cairn_journal::Reservation;
+use parking_lot::MutexGuard;
+
+use crate::fs::Filesystem;
+use crate::glue::Tx;
+use crate::inode::{Inode, InodeData, now};
+use crate::namei::{LINK_MAX, check_dir_writable, valid_name};
+use crate::types::{Credentials, RenameMode};
+use crate::{FsError, dir, perm, unlinked};
+
+/// Renames attempted again after a concurrent change before giving up.
+const RENAME_RETRIES_MAX: u32 = 64;
+/// Deepest directory tree walked when looking for ancestors.
+const DEPTH_MAX: usize = 1 << 16;
+
+/// The two parent directories, locked once each.
+enum Parents<'a> {
+    Same(MutexGuard<'a, InodeData>),
+    Two {
+        old: MutexGuard<'a, InodeData>,
+        new: MutexGuard<'a, InodeData>,
+    },
+}
+
+impl Parents<'_> {
+    fn source_dir(&mut self) -> &mut InodeData {
+        match self {
+            Parents::Same(both) => both,
+            Parents::Two { old, .. } => old,
+        }
+    }
+
+    fn target_dir(&mut self) -> &mut InodeData {
+        match self {
+            Parents::Same(both) => both,
+            Parents::Two { new, .. } => new,
+        }
+    }
+
+    /// Adds `delta` to the link counts: `old` to the old parent's, `new` to the new one's.
+    fn add_links(&mut self, old: i64, new: i64) {
+        let bump = |data: &mut InodeData, delta: i64| {
+            data.core.nlink = (i64::from(data.core.nlink) + delta).max(0) as u32;
+        };
+        bump(self.source_dir(), old);
+        bump(self.target_dir(), new);
+    }
+}
+
+/// What one rename names, found before locking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Names {
+    source: u64,
+    target: Option<u64>,
+}
+
+/// One rename request.
+struct Request<'a> {
+    parent: u64,
+    name: &'a [u8],
+    new_parent: u64,
+    new_name: &'a [u8],
+    mode: RenameMode,
+}
+
+impl Filesystem {
+    /// Renames `name` in `parent` to `new_name` in `new_parent` (see `RenameMode`).
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        mode: RenameMode,
+        who: &Credentials,
+    ) -> Result<(), FsError> {
+        self.check_writable()?;
+        valid_name(name)?;
+        valid_name(new_name)?;
+        Self::count(&self.counters.renames, 1);
+        let request = Request {
+            parent,
+            name,
+            new_parent,
+            new_name,
+            mode,
+        };
+        let _serial = self.rename_lock.lock();
+        for _ in 0..RENAME_RETRIES_MAX {
+            if let Some(done) = self.rename_once(&request, who)? {
+                return done;
+            }
+        }
+        Err(FsError::InvalidArgument(
+            "rename raced other changes too often",
+        ))
+    }
+
+    /// One attempt; `None` when a name changed between the lookups and the locks.
+    fn rename_once(
+        &self,
+        request: &Request<'_>,
+        who: &Credentials,
+    ) -> Result<Option<Result<(), FsError>>, FsError> {
+        let source = self.lookup_number(request.parent, request.name)?;
+        let target = match self.lookup_number(request.new_parent, request.new_name) {
+            Ok(found) => Some(found),
+            Err(FsError::NotFound) => None,
+            Err(error) => return Err(error),
+        };
+        let names = Names { source, target };
+        if let Some(early) = self.rename_shape_check(request, names)? {
+            return Ok(Some(early));
+        }
+        let old_first = self.old_parent_first(request.parent, request.new_parent)?;
+        let old_dir = self.live_inode(request.parent)?;
+        let new_dir = self.live_inode(request.new_parent)?;
+        let mut parents = if request.parent == request.new_parent {
+            Parents::Same(old_dir.data.lock())
+        } else if old_first {
+            let old = old_dir.data.lock();
+            let new = new_dir.data.lock();
+            Parents::Two { old, new }
+        } else {
+            let new = new_dir.data.lock();
+            let old = old_dir.data.lock();
+            Parents::Two { old, new }
+        };
+        let mut tx = self.begin(rename_reservation(self))?;
+        let now_names = self.names_locked(&mut tx, &mut parents, request);
+        let now_names = match now_names {
+            Ok(found) if found == Some(names) => names,
+            Ok(_) => {
+                tx.tx.cancel()?;
+                return Ok(None);
+            }
+            Err(error) => {
+                tx.tx.cancel()?;
+                return Err(error);
+            }
+        };
+        self.rename_locked(tx, &mut parents, request, now_names, who)
+            .map(Some)
+    }
+
+    /// Checks that need no locks: the same inode under both names, moving a directory into
+    /// its own subtree, replacing an ancestor of the source. `Some` ends the rename.
+    fn rename_shape_check(
+        &self,
+        request: &Request<'_>,
+        names: Names,
+    ) -> Result<Option<Result<(), FsError>>, FsError> {
+        if names.source == request.new_parent {
+            return Ok(Some(Err(FsError::InvalidArgument(
+                "cannot move a directory into itself",
+            ))));
+        }
+        if names.source == request.parent || names.target == Some(request.new_parent) {
+            // A directory entry naming its own directory: locking it twice would deadlock.
+            return Err(FsError::corrupt(
+                "directory",
+                request.parent,
+                "an entry names a parent of the rename",
+            ));
+        }
+        if names.target == Some(names.source) {
+            // Two names of one inode: POSIX says do nothing.
+            return Ok(Some(match request.mode {
+                RenameMode::NoReplace => Err(FsError::Exists),
+                _ => Ok(()),
+            }));
+        }
+        if request.mode == RenameMode::NoReplace && names.target.is_some() {
+            return Ok(Some(Err(FsError::Exists)));
+        }
+        if request.mode == RenameMode::Exchange && names.target.is_none() {
+            return Ok(Some(Err(FsError::NotFound)));
+        }
+        let new_above = self.ancestors(request.new_parent)?;
+        if new_above.contains(&names.source) {
+            return Ok(Some(Err(FsError::InvalidArgument(
+                "cannot move a directory into itself",
+            ))));
+        }
+        if let Some(target) = names.target {
+            let old_above = self.ancestors(request.parent)?;
+            if old_above.contains(&target) {
+                return Ok(Some(Err(match request.mode {
+                    RenameMode::Exchange => {
+                        FsError::InvalidArgument("cannot move a directory into itself")
+                    }
+                    _ => FsError::NotEmpty,
+                })));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether the old parent is locked before the new one: an ancestor goes first, and
+    /// unrelated directories go in ascending inode order.
+    fn old_parent_first(&self, old: u64, new: u64) -> Result<bool, FsError> {
+        if self.ancestors(new)?.contains(&old) {
+            return Ok(true);
+        }
+        if self.ancestors(old)?.contains(&new) {
+            return Ok(false);
+        }
+        Ok(old < new)
+    }
+
+    /// `dir` and every directory above it up to the root.
+    fn ancestors(&self, dir: u64) -> Result<Vec<u64>, FsError> {
+        let mut out = vec![dir];
+        let mut current = dir;
+        while current != self.root {
+            if out.len() > DEPTH_MAX {
+                return Err(FsError::corrupt("directory tree", current, "a parent loop"));
+            }
+            current = self.lookup_number(current, b"..")?;
+            out.push(current);
+        }
+        Ok(out)
+    }
+
+    /// Looks both names up again under the parents' locks.
+    fn names_locked(
+        &self,
+        tx: &mut Tx<'_>,
+        parents: &mut Parents<'_>,
+        request: &Request<'_>,
+    ) -> Result<Option<Names>, FsError> {
+        let Some(source) = dir::lookup(self, tx, parents.source_dir(), request.name)? else {
+            return Ok(None);
+        };
+        let target = dir::lookup(self, tx, parents.target_dir(), request.new_name)?;
+        Ok(Some(Names {
+            source: source.inode,
+            target: target.map(|t| t.inode),
+        }))
+    }
+
+    /// The rename with both parents locked and the names checked: locks the source and
+    /// target, checks permissions and kinds, changes the entries and commits.
+    fn rename_locked(
+        &self,
+        mut tx: Tx<'_>,
+        parents: &mut Parents<'_>,
+        request: &Request<'_>,
+        names: Names,
+        who: &Credentials,
+    ) -> Result<Result<(), FsError>, FsError> {
+        let source = self.live_inode(names.source)?;
+        let target: Option<Arc<Inode>> = names.target.map(|t| self.live_inode(t)).transpose()?;
+        let (mut source_data, mut target_data) = match &target {
+            Some(target) if target.number < source.number => {
+                let target_data = target.data.lock();
+                (source.data.lock(), Some(target_data))
+            }
+            Some(target) => {
+                let source_data = source.data.lock();
+                (source_data, Some(target.data.lock()))
+            }
+            None => (source.data.lock(), None),
+        };
+        let checked = self.rename_checks(
+            &mut tx,
+            parents,
+            request,
+            &source_data,
+            target_data.as_deref(),
+            who,
+        );
+        if let Err(error) = checked {
+            tx.tx.cancel()?;
+            return Ok(Err(error));
+        }
+        let mut moved = Moved {
+            source: (names.source, &mut source_data),
+            target: names.target.zip(target_data.as_deref_mut()),
+        };
+        let changed = match request.mode {
+            RenameMode::Exchange => self.exchange_entries(&mut tx, parents, request, &mut moved),
+            _ => self.move_entry(&mut tx, parents, request, &mut moved),
+        };
+        if let Err(error) = changed {
+            // Nothing was changed in core (a failed add restores the directory): keep the
+            // transaction's consistent allocator changes.
+            tx.tx.commit()?;
+            return Ok(Err(error));
+        }
+        self.commit_rename(tx, parents, request, moved)?;
+        drop(source_data);
+        if let (Some(target), Some(data)) = (&target, target_data) {
+            let idle = data.core.nlink == 0 && data.lookups == 0 && data.opens == 0;
+            drop(data);
+            if idle {
+                unlinked::free_orphan(self, target)?;
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Permission, kind, emptiness and link-count checks.
+    fn rename_checks(
+        &self,
+        tx: &mut Tx<'_>,
+        parents: &mut Parents<'_>,
+        request: &Request<'_>,
+        source: &InodeData,
+        target: Option<&InodeData>,
+        who: &Credentials,
+    ) -> Result<(), FsError> {
+        check_dir_writable(parents.source_dir(), who)?;
+        check_dir_writable(parents.target_dir(), who)?;
+        perm::check_sticky(parents.source_dir(), source, who)?;
+        let across = request.parent != request.new_parent;
+        if across && source.is_dir() {
+            // Its ".." changes.
+            perm::check(source, who, perm::WRITE)?;
+        }
+        let Some(target) = target else {
+            if across && source.is_dir() && parents.target_dir().core.nlink >= LINK_MAX {
+                return Err(FsError::TooManyLinks);
+            }
+            return Ok(());
+        };
+        perm::check_sticky(parents.target_dir(), target, who)?;
+        if request.mode == RenameMode::Exchange {
+            if across && target.is_dir() {
+                perm::check(target, who, perm::WRITE)?;
+            }
+            return Ok(());
+        }
+        match (source.is_dir(), target.is_dir()) {
+            (true, false) => Err(FsError::NotDirectory),
+            (false, true) => Err(FsError::IsDirectory),
+            (true, true) if !dir::is_empty(self, tx, target)? => Err(FsError::NotEmpty),
+            _ => Ok(()),
+        }
+    }
+
+    /// Replace and NoReplace: the new name points at the source (added, or the target's entry
+    /// retargeted in place), the old name goes, the target loses a link.
+    fn move_entry(
+        &self,
+        tx: &mut Tx<'_>,
+        parents: &mut Parents<'_>,
+        request: &Request<'_>,
+        moved: &mut Moved<'_>,
+    ) -> Result<(), FsError> {
+        let (source, source_data) = (moved.source.0, &mut *moved.source.1);
+        let source_type = source_data.file_type().unwrap_or(FileType::Regular);
+        let is_dir = source_data.is_dir();
+        match &mut moved.target {
+            None => dir::add(
+                self,
+                tx,
+                parents.target_dir(),
+                request.new_name,
+                source,
+                source_type,
+            )?,
+            Some(_) => {
+                dir::retarget(
+                    self,
+                    tx,
+                    parents.target_dir(),
+                    request.new_name,
+                    source,
+                    source_type,
+                )?;
+            }
+        }
+        dir::remove(self, tx, parents.source_dir(), request.name)?;
+        if let Some((number, data)) = &mut moved.target {
+            if data.is_dir() {
+                data.core.nlink = 0;
+                parents.add_links(0, -1);
+            } else {
+                data.core.nlink = data.core.nlink.saturating_sub(1);
+            }
+            if data.core.nlink == 0 {
+                unlinked::add(self, tx, *number, data)?;
+            }
+        }
+        if is_dir && request.parent != request.new_parent {
+            dir::set_parent(self, tx, source_data, request.new_parent)?;
+            parents.add_links(-1, 1);
+        }
+        Ok(())
+    }
+
+    /// Exchange: both entries are retargeted in place; directories moving to the other
+    /// parent get their ".." changed and move a link between the parents.
+    fn exchange_entries(
+        &self,
+        tx: &mut Tx<'_>,
+        parents: &mut Parents<'_>,
+        request: &Request<'_>,
+        moved: &mut Moved<'_>,
+    ) -> Result<(), FsError> {
+        let (source, source_data) = (moved.source.0, &mut *moved.source.1);
+        let Some((target, target_data)) = &mut moved.target else {
+            return Err(FsError::NotFound);
+        };
+        let source_type = source_data.file_type().unwrap_or(FileType::Regular);
+        let target_type = target_data.file_type().unwrap_or(FileType::Regular);
+        dir::retarget(
+            self,
+            tx,
+            parents.source_dir(),
+            request.name,
+            *target,
+            target_type,
+        )?;
+        dir::retarget(
+            self,
+            tx,
+            parents.target_dir(),
+            request.new_name,
+            source,
+            source_type,
+        )?;
+        if request.parent == request.new_parent {
+            return Ok(());
+        }
+        if source_data.is_dir() {
+            dir::set_parent(self, tx, source_data, request.new_parent)?;
+            parents.add_links(-1, 1);
+        }
+        if target_data.is_dir() {
+            dir::set_parent(self, tx, target_data, request.parent)?;
+            parents.add_links(1, -1);
+        }
+        Ok(())
+    }
+
+    /// Sets the times, logs every inode the rename changed and commits.
+    fn commit_rename(
+        &self,
+        mut tx: Tx<'_>,
+        parents: &mut Parents<'_>,
+        request: &Request<'_>,
+        moved: Moved<'_>,
+    ) -> Result<(), FsError> {
+        let now = now();
+        let old = parents.source_dir();
+        old.core.mtime = now;
+        old.core.ctime = now;
+        let new = parents.target_dir();
+        new.core.mtime = now;
+        new.core.ctime = now;
+        Self::log_inode(&mut tx, request.parent, parents.source_dir());
+        if request.parent != request.new_parent {
+            Self::log_inode(&mut tx, request.new_parent, parents.target_dir());
+        }
+        let (source, source_data) = moved.source;
+        source_data.core.ctime = now;
+        Self::log_inode(&mut tx, source, source_data);
+        let mut logged: Vec<&mut InodeData> = vec![source_data];
+        if let Some((target, target_data)) = moved.target {
+            target_data.core.ctime = now;
+            Self::log_inode(&mut tx, target, target_data);
+            logged.push(target_data);
+        }
+        let sequence = tx.tx.commit()?.0;
+        for data in logged {
+            data.last_sequence = sequence;
+        }
+        parents.source_dir().last_sequence = sequence;
+        parents.target_dir().last_sequence = sequence;
+        Ok(())
+    }
+}
+
+/// The source and target inodes of a rename, locked.
+struct Moved<'a> {
+    source: (u64, &'a mut InodeData),
+    target: Option<(u64, &'a mut InodeData)>,
+}
+
+/// Rename's log reservation: both directories' data blocks and hash-tree paths
+/// (`2 * (2 + BTREE_LEVELS_MAX)`), a new directory block's allocation (AGF, AGFL, both
+/// free-space-tree paths: `2 + 2 * BTREE_LEVELS_MAX`), the AGI of the unlinked bucket; the
+/// two parents, source, target and the unlinked-list neighbour (five inodes); one intent.
+fn rename_reservation(fs: &Filesystem) -> Reservation {
+    let levels = cairn_format::limits::BTREE_LEVELS_MAX;
+    let buffers = 2 * (2 + levels) + 2 + 2 * levels + 1;
+    Reservation::for_items(&fs.geometry, buffers, fs.geometry.block_size, 5, 1)
+}

@@ -1,0 +1,230 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use cairn_fs::{FileKind, Filesystem, FsError, RenameMode};
+use common::{fsck_clean, make_device, mount, root, user};
+
+fn file(fs: &Filesystem, dir: u64, name: &[u8]) -> u64 {
+    fs.create(dir, name, FileKind::Regular, 0o644, 0, &root())
+        .unwrap()
+        .inode
+}
+
+fn mkdir(fs: &Filesystem, dir: u64, name: &[u8]) -> u64 {
+    fs.mkdir(dir, name, 0o755, &root()).unwrap().inode
+}
+
+fn names(fs: &Filesystem, dir: u64) -> Vec<Vec<u8>> {
+    let mut out: Vec<_> = fs
+        .readdir(dir, 0, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .filter(|n| n != b"." && n != b"..")
+        .collect();
+    out.sort();
+    out
+}
+
+fn rename(
+    fs: &Filesystem,
+    a: (u64, &[u8]),
+    b: (u64, &[u8]),
+    mode: RenameMode,
+) -> Result<(), FsError> {
+    fs.rename(a.0, a.1, b.0, b.1, mode, &root())
+}
+
+// Renames a file within a directory and across directories, over an existing file, and checks
+// names, link counts and fsck after a remount.
+#[test]
+fn rename_files_within_and_across() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let top = fs.root();
+    let a = mkdir(&fs, top, b"a");
+    let b = mkdir(&fs, top, b"b");
+    let f = file(&fs, a, b"f");
+    let g = file(&fs, b, b"g");
+    rename(&fs, (a, b"f"), (a, b"f2"), RenameMode::Replace).unwrap();
+    assert_eq!(names(&fs, a), vec![b"f2".to_vec()]);
+    rename(&fs, (a, b"f2"), (b, b"g"), RenameMode::Replace).unwrap();
+    assert_eq!(names(&fs, a), Vec::<Vec<u8>>::new());
+    assert_eq!(names(&fs, b), vec![b"g".to_vec()]);
+    assert_eq!(fs.lookup(b, b"g").unwrap().inode, f);
+    // The replaced file is gone: its inode is free once forgotten.
+    fs.forget(g, 1);
+    let left = fs.getattr(g);
+    assert!(matches!(left, Err(FsError::NotFound)), "{left:?}");
+    assert!(matches!(
+        rename(&fs, (a, b"nothing"), (b, b"x"), RenameMode::Replace),
+        Err(FsError::NotFound)
+    ));
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+    let fs = mount(&device);
+    let b = fs.lookup(fs.root(), b"b").unwrap().inode;
+    assert_eq!(fs.lookup(b, b"g").unwrap().inode, f);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+// Moves directories across parents and checks "..", link counts, and the errors for a
+// directory over a file, a file over a directory, a non-empty target and a move into itself.
+#[test]
+fn rename_directories_links_and_errors() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let top = fs.root();
+    let a = mkdir(&fs, top, b"a");
+    let b = mkdir(&fs, top, b"b");
+    let d = mkdir(&fs, a, b"d");
+    let inner = mkdir(&fs, d, b"inner");
+    file(&fs, top, b"plain");
+    assert_eq!(fs.getattr(a).unwrap().nlink, 3);
+    rename(&fs, (a, b"d"), (b, b"d"), RenameMode::Replace).unwrap();
+    assert_eq!(fs.getattr(a).unwrap().nlink, 2);
+    assert_eq!(fs.getattr(b).unwrap().nlink, 3);
+    assert_eq!(fs.lookup(d, b"..").unwrap().inode, b);
+    // Into its own subtree, and onto its own ancestor.
+    assert!(matches!(
+        rename(&fs, (b, b"d"), (inner, b"x"), RenameMode::Replace),
+        Err(FsError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        rename(&fs, (b, b"d"), (d, b"x"), RenameMode::Replace),
+        Err(FsError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        rename(&fs, (d, b"inner"), (top, b"b"), RenameMode::Replace),
+        Err(FsError::NotEmpty)
+    ));
+    assert!(matches!(
+        rename(&fs, (b, b"d"), (top, b"plain"), RenameMode::Replace),
+        Err(FsError::NotDirectory)
+    ));
+    assert!(matches!(
+        rename(&fs, (top, b"plain"), (b, b"d"), RenameMode::Replace),
+        Err(FsError::IsDirectory)
+    ));
+    assert!(matches!(
+        rename(&fs, (top, b"a"), (b, b"d"), RenameMode::Replace),
+        Err(FsError::NotEmpty)
+    ));
+    // An empty directory over an empty directory.
+    let e = mkdir(&fs, top, b"e");
+    rename(&fs, (d, b"inner"), (top, b"e"), RenameMode::Replace).unwrap();
+    assert_eq!(fs.lookup(top, b"e").unwrap().inode, inner);
+    fs.forget(e, 1);
+    assert!(matches!(fs.getattr(e), Err(FsError::NotFound)));
+    assert_eq!(fs.getattr(d).unwrap().nlink, 2);
+    assert_eq!(fs.getattr(top).unwrap().nlink, 5);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+// Checks NoReplace and Exchange, including an exchange of a file and a directory across
+// parents (link counts and ".." follow the directory).
+#[test]
+fn rename_noreplace_and_exchange() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let top = fs.root();
+    let a = mkdir(&fs, top, b"a");
+    let b = mkdir(&fs, top, b"b");
+    let f = file(&fs, a, b"f");
+    let d = mkdir(&fs, b, b"d");
+    assert!(matches!(
+        rename(&fs, (a, b"f"), (b, b"d"), RenameMode::NoReplace),
+        Err(FsError::Exists)
+    ));
+    assert!(matches!(
+        rename(&fs, (a, b"f"), (b, b"none"), RenameMode::Exchange),
+        Err(FsError::NotFound)
+    ));
+    rename(&fs, (a, b"f"), (a, b"g"), RenameMode::NoReplace).unwrap();
+    rename(&fs, (a, b"g"), (b, b"d"), RenameMode::Exchange).unwrap();
+    assert_eq!(fs.lookup(a, b"g").unwrap().inode, d);
+    assert_eq!(fs.lookup(b, b"d").unwrap().inode, f);
+    assert_eq!(fs.lookup(d, b"..").unwrap().inode, a);
+    assert_eq!(fs.getattr(a).unwrap().nlink, 3);
+    assert_eq!(fs.getattr(b).unwrap().nlink, 2);
+    assert_eq!(fs.readdir(a, 0, 10).unwrap()[2].kind, FileKind::Directory);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+// A rename keeps the cookies of untouched entries valid: reading on from a cookie after the
+// renames returns exactly the entries after it.
+#[test]
+fn rename_keeps_other_cookies() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let top = fs.root();
+    for index in 0..8u32 {
+        file(&fs, top, format!("n{index}").as_bytes());
+    }
+    let first = fs.readdir(top, 0, 5).unwrap();
+    let cookie = first.last().unwrap().cookie;
+    rename(&fs, (top, b"n0"), (top, b"n7"), RenameMode::Replace).unwrap();
+    let rest: Vec<_> = fs
+        .readdir(top, cookie, 100)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    let expected: Vec<Vec<u8>> = (3..8).map(|i| format!("n{i}").into_bytes()).collect();
+    assert_eq!(rest, expected);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+// Checks that rename obeys directory write permission and the sticky bit for non-root users.
+#[test]
+fn rename_permissions_and_sticky() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let top = fs.root();
+    let shared = fs.mkdir(top, b"tmp", 0o1777, &root()).unwrap().inode;
+    let mine = fs
+        .create(shared, b"mine", FileKind::Regular, 0o644, 0, &user(1000))
+        .unwrap()
+        .inode;
+    let other = user(2000);
+    assert!(matches!(
+        fs.rename(
+            shared,
+            b"mine",
+            shared,
+            b"stolen",
+            RenameMode::Replace,
+            &other
+        ),
+        Err(FsError::PermissionDenied)
+    ));
+    fs.rename(
+        shared,
+        b"mine",
+        shared,
+        b"kept",
+        RenameMode::Replace,
+        &user(1000),
+    )
+    .unwrap();
+    assert_eq!(fs.lookup(shared, b"kept").unwrap().inode, mine);
+    let locked = fs.mkdir(top, b"locked", 0o755, &root()).unwrap().inode;
+    assert!(matches!(
+        fs.rename(
+            shared,
+            b"kept",
+            locked,
+            b"x",
+            RenameMode::Replace,
+            &user(1000)
+        ),
+        Err(FsError::PermissionDenied)
+    ));
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
