@@ -518,6 +518,51 @@ pub fn dir_data_insert(
     Ok(Some(offset as u16))
 }
 
+/// Inserts an entry at exactly `offset` (8-aligned, inside the body) if one free region covers
+/// the entry's bytes; returns whether it did. Lets a short-form directory moving to blocks keep
+/// each entry at the data address its tag already named (so readdir cookies survive the move).
+pub fn dir_data_insert_at(
+    block: &mut [u8],
+    offset: u16,
+    inode: u64,
+    file_type: FileType,
+    name: &[u8],
+) -> Result<bool, FormatError> {
+    check_name(name)?;
+    if inode == 0 {
+        return Err(data_bad(block, "inode", 0, "entry names no inode"));
+    }
+    let at = usize::from(offset);
+    let needed = dir_entry_bytes(name.len());
+    if at < DIR_DATA_HEADER_SIZE || !at.is_multiple_of(8) {
+        return Ok(false);
+    }
+    let found = regions(block)?.into_iter().find_map(|r| match r {
+        Region::Free { offset, length } if offset <= at && at + needed <= offset + length => {
+            Some((offset, length))
+        }
+        _ => None,
+    });
+    let Some((start, length)) = found else {
+        return Ok(false);
+    };
+    if at > start {
+        write_free(block, start, at - start);
+    }
+    block[at..at + needed].fill(0);
+    put_u8(block, at, file_type.code());
+    put_u8(block, at + 1, name.len() as u8);
+    put_u64(block, at + 2, inode);
+    block[at + 10..at + 10 + name.len()].copy_from_slice(name);
+    put_u16(block, at + needed - 2, at as u16);
+    let end = start + length;
+    if end > at + needed {
+        write_free(block, at + needed, end - at - needed);
+    }
+    tidy(block)?;
+    Ok(true)
+}
+
 /// Removes the entry at `offset`, turning it into free space merged with its neighbours.
 pub fn dir_data_remove(block: &mut [u8], offset: u16) -> Result<(), FormatError> {
     let target = usize::from(offset);
@@ -591,6 +636,26 @@ mod tests {
     use crate::testing::{UUID, sample_geometry};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
+
+    // Checks placing entries at exact offsets: fits inside a free region, refuses overlaps and
+    // offsets inside the header, and the block stays valid.
+    #[test]
+    fn insert_at_exact_offsets() {
+        let mut block = vec![0u8; 4096];
+        let header = MetaHeader::new(MetaKind::DirData, 9, UUID, 7);
+        init_dir_data_block(&mut block, header).unwrap();
+        assert!(dir_data_insert_at(&mut block, 200, 70, FileType::Regular, b"abc").unwrap());
+        assert!(dir_data_insert_at(&mut block, 120, 71, FileType::Directory, b"x").unwrap());
+        assert!(!dir_data_insert_at(&mut block, 208, 72, FileType::Regular, b"y").unwrap());
+        assert!(!dir_data_insert_at(&mut block, 8, 72, FileType::Regular, b"y").unwrap());
+        assert!(dir_data_insert_at(&mut block, 4080, 73, FileType::Regular, b"z").unwrap());
+        let entries = dir_data_entries(&block).unwrap();
+        let offsets: Vec<u16> = entries.iter().map(|e| e.offset).collect();
+        assert_eq!(offsets, vec![120, 200, 4080]);
+        assert_eq!(entries[1].name, b"abc");
+        dir_data_remove(&mut block, 200).unwrap();
+        assert_eq!(dir_data_entries(&block).unwrap().len(), 2);
+    }
 
     fn entry(tag: u16, name: &str, inode: u64) -> ShortformEntry {
         ShortformEntry {
