@@ -9,13 +9,15 @@
 use cairn_bufcache::{BufKey, HeaderOps, ReadSpec};
 use cairn_format::dir::{
     DIR_DATA_HEADER_SIZE, DirDataEntry, ShortformDir, ShortformEntry, dir_address,
-    dir_data_entries, dir_data_insert, dir_data_remove, init_dir_data_block,
+    dir_data_entries, dir_data_insert, dir_data_insert_at, dir_data_remove, dir_entry_bytes,
+    init_dir_data_block, name_hash, split_dir_address,
 };
 use cairn_format::inode::{FileType, ForkFormat};
 use cairn_format::{FsBlock, MetaHeader, MetaKind};
 
 use crate::FsError;
 use crate::bmap::{self, Mapping};
+use crate::dir_index::{self, IndexCtx};
 use crate::fs::Filesystem;
 use crate::glue::Tx;
 use crate::inode::InodeData;
@@ -24,6 +26,11 @@ static DIR_DATA_OPS: HeaderOps = HeaderOps::new(MetaKind::DirData);
 
 /// The name of the parent marker entry in block form (its type `Unknown` is what marks it).
 const PARENT_MARKER: &[u8] = b"..parent";
+/// The marker entry holding the hash index root (see `dir_index.rs`).
+const INDEX_MARKER: &[u8] = b"..index";
+/// Where the first user entry of data block 0 goes: after the two markers.
+const FIRST_ENTRY_OFFSET: u32 =
+    (DIR_DATA_HEADER_SIZE + dir_entry_bytes(PARENT_MARKER.len()) + dir_entry_bytes(7)) as u32;
 /// Cookie offset of stored entries: 0 = start, 1 = ".", 2 = "..".
 const COOKIE_BASE: u64 = 3;
 
@@ -172,19 +179,89 @@ pub(crate) fn lookup(
             name: entry.name,
         }));
     }
-    for index in 0..block_count(fs, data) {
-        for entry in block_entries(fs, tx, data, index)? {
-            if entry.file_type != FileType::Unknown && entry.name == name {
-                return Ok(Some(Found {
-                    inode: entry.inode,
-                    file_type: entry.file_type,
-                    cookie: address_cookie(index, entry.offset),
-                    name: entry.name,
-                }));
-            }
-        }
+    Ok(indexed_lookup(fs, tx, data, name)?.map(|(found, _)| found))
+}
+
+/// Looks `name` up through the hash index; returns the entry and its index key.
+fn indexed_lookup(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    data: &InodeData,
+    name: &[u8],
+) -> Result<Option<(Found, u32)>, FsError> {
+    let tree = dir_index::open(
+        fs,
+        data.core.header.blkno,
+        marker(fs, tx, data, INDEX_MARKER)?,
+    )?;
+    dir_index::probe(&tree, tx, name_hash(name), |tx, record| {
+        let entry = entry_at(fs, tx, data, record.address)?;
+        Ok((entry.name == name).then(|| {
+            let found = Found {
+                inode: entry.inode,
+                file_type: entry.file_type,
+                cookie: u64::from(record.address) + COOKIE_BASE,
+                name: entry.name,
+            };
+            (found, record.hash)
+        }))
+    })
+}
+
+/// The live entry at data address `address` (the index names it, so it must exist).
+fn entry_at(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    data: &InodeData,
+    address: u32,
+) -> Result<DirDataEntry, FsError> {
+    let (index, offset) = split_dir_address(address);
+    if index >= block_count(fs, data) {
+        return Err(FsError::corrupt(
+            "directory index",
+            data.core.header.blkno,
+            format!("address {address:#x} past the last data block"),
+        ));
     }
-    Ok(None)
+    block_entries(fs, tx, data, index)?
+        .into_iter()
+        .find(|e| e.offset == offset && e.file_type != FileType::Unknown)
+        .ok_or_else(|| {
+            let detail = format!("address {address:#x} names no entry");
+            FsError::corrupt("directory index", data.core.header.blkno, detail)
+        })
+}
+
+/// The inode field of marker entry `name` in data block 0.
+fn marker(fs: &Filesystem, tx: &mut Tx<'_>, data: &InodeData, name: &[u8]) -> Result<u64, FsError> {
+    block_entries(fs, tx, data, 0)?
+        .into_iter()
+        .find(|e| e.file_type == FileType::Unknown && e.name == name)
+        .map(|e| e.inode)
+        .ok_or_else(|| FsError::corrupt("directory", data.core.header.blkno, "a marker is missing"))
+}
+
+/// Sets the inode field of marker entry `name` in data block 0.
+fn set_marker(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    data: &InodeData,
+    name: &[u8],
+    value: u64,
+) -> Result<(), FsError> {
+    let dir = data.core.header.blkno;
+    let block = block_of(data, 0)?;
+    let guard = tx.tx.get_buf(BufKey::single(block.0), &spec(fs, dir))?;
+    let entries = dir_data_entries(guard)
+        .map_err(|e| FsError::corrupt("directory block", block.0, e.to_string()))?;
+    let found = entries
+        .iter()
+        .find(|e| e.file_type == FileType::Unknown && e.name == name)
+        .ok_or_else(|| FsError::corrupt("directory", dir, "a marker is missing"))?;
+    // The entry's inode field sits 2 bytes into it.
+    let at = usize::from(found.offset) + 2;
+    guard.write(at, &value.to_le_bytes())?;
+    Ok(())
 }
 
 /// The parent directory's inode number.
@@ -192,12 +269,7 @@ pub(crate) fn parent(fs: &Filesystem, tx: &mut Tx<'_>, data: &InodeData) -> Resu
     if data.core.data_format == ForkFormat::Local {
         return Ok(shortform(data)?.parent);
     }
-    let entries = block_entries(fs, tx, data, 0)?;
-    entries
-        .iter()
-        .find(|e| e.file_type == FileType::Unknown)
-        .map(|e| e.inode)
-        .ok_or_else(|| FsError::corrupt("directory", data.core.header.blkno, "no parent entry"))
+    marker(fs, tx, data, PARENT_MARKER)
 }
 
 /// Whether the directory has no entries.
@@ -239,7 +311,7 @@ fn add_inner(
 ) -> Result<(), FsError> {
     if data.core.data_format == ForkFormat::Local {
         let mut dir = shortform(data)?;
-        let tag = next_tag(&dir);
+        let tag = next_tag(&dir, name.len(), fs.geometry.block_size);
         if let Some(tag) = tag {
             dir.entries.push(ShortformEntry {
                 tag,
@@ -257,16 +329,26 @@ fn add_inner(
     add_to_blocks(fs, tx, data, name, inode, file_type)
 }
 
-/// The tag after the last entry's (tags only grow, so cookies are never reused while the
-/// directory stays short-form).
-fn next_tag(dir: &ShortformDir) -> Option<u16> {
-    match dir.entries.last() {
-        None => Some(1),
-        Some(last) => last.tag.checked_add(1),
-    }
+/// The tag of a new entry with a `name_len`-byte name: the data address the entry would get
+/// if the short-form entries were laid out in data blocks in tag order, so the move to blocks
+/// can keep every cookie (`to_block_form`). Tags only grow; `None` when they run out.
+fn next_tag(dir: &ShortformDir, name_len: usize, block_size: u32) -> Option<u16> {
+    let needed = dir_entry_bytes(name_len);
+    let position = match dir.entries.last() {
+        None => FIRST_ENTRY_OFFSET / 8,
+        Some(last) => u32::from(last.tag) + (dir_entry_bytes(last.name.len()) / 8) as u32,
+    };
+    let (index, offset) = split_dir_address(position);
+    let address = if usize::from(offset) + needed > block_size as usize {
+        dir_address(index + 1, DIR_DATA_HEADER_SIZE as u16)?
+    } else {
+        position
+    };
+    u16::try_from(address).ok()
 }
 
-/// Moves a short-form directory into a first data block.
+/// Moves a short-form directory into data blocks with a hash index. Every entry goes to the
+/// data address its tag names, so cookies handed out in short form stay valid.
 fn to_block_form(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
@@ -276,13 +358,55 @@ fn to_block_form(
     data.reset_data_fork(ForkFormat::Extents);
     data.core.size = 0;
     new_block(fs, tx, data, dir.parent)?;
+    let number = data.core.header.blkno;
+    let root = {
+        let mut ctx = IndexCtx { tx, fs, data };
+        dir_index::create(&mut ctx, number)?
+    };
+    set_marker(fs, tx, data, INDEX_MARKER, root)?;
     for entry in &dir.entries {
-        add_to_blocks(fs, tx, data, &entry.name, entry.inode, entry.file_type)?;
+        let (index, offset) = split_dir_address(u32::from(entry.tag));
+        while block_count(fs, data) <= index {
+            new_block(fs, tx, data, 0)?;
+        }
+        let block = block_of(data, index)?;
+        let guard = tx.tx.get_buf(BufKey::single(block.0), &spec(fs, number))?;
+        let len = guard.len();
+        let bytes = guard.bytes_mut(0..len)?;
+        let (name, inode, file_type) = (&entry.name, entry.inode, entry.file_type);
+        if dir_data_insert_at(bytes, offset, inode, file_type, name)? {
+            index_insert(fs, tx, data, name, u32::from(entry.tag))?;
+        } else {
+            // A tag from before tags were addresses: the entry's cookie changes once.
+            add_to_blocks(fs, tx, data, name, inode, file_type)?;
+        }
     }
     Ok(())
 }
 
-/// Appends an empty data block (block 0 gets the parent marker); returns its index.
+/// Adds `address` for `name` to the index and records a new root in the marker.
+fn index_insert(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    data: &mut InodeData,
+    name: &[u8],
+    address: u32,
+) -> Result<(), FsError> {
+    let number = data.core.header.blkno;
+    let packed = marker(fs, tx, data, INDEX_MARKER)?;
+    let mut tree = dir_index::open(fs, number, packed)?;
+    {
+        let mut ctx = IndexCtx { tx, fs, data };
+        dir_index::insert(&mut tree, &mut ctx, name_hash(name), address)?;
+    }
+    let now = dir_index::pack_root(tree.root(), tree.levels());
+    if now != packed {
+        set_marker(fs, tx, data, INDEX_MARKER, now)?;
+    }
+    Ok(())
+}
+
+/// Appends an empty data block (block 0 gets the parent and index markers); returns its index.
 fn new_block(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
@@ -302,12 +426,17 @@ fn new_block(
     let bytes = guard.bytes_mut(0..len)?;
     init_dir_data_block(bytes, header)?;
     if index == 0 {
+        // The index marker's value is set once the index exists; 1 is a placeholder that no
+        // reader sees (the conversion finishes in this transaction).
         dir_data_insert(bytes, parent, FileType::Unknown, PARENT_MARKER)?;
+        dir_data_insert(bytes, 1, FileType::Unknown, INDEX_MARKER)?;
     }
     data.core.size += u64::from(fs.geometry.block_size);
     Ok(index)
 }
 
+/// Adds an entry to the last data block, or to a new one when it has no room; then indexes
+/// it. If the index cannot take it, the entry is taken out again.
 fn add_to_blocks(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
@@ -317,34 +446,56 @@ fn add_to_blocks(
     file_type: FileType,
 ) -> Result<(), FsError> {
     let dir = data.core.header.blkno;
-    let needed = cairn_format::dir::dir_entry_bytes(name.len());
+    let needed = dir_entry_bytes(name.len());
     let body = fs.geometry.block_size as usize - DIR_DATA_HEADER_SIZE;
     if needed > body {
         return Err(FsError::NameTooLong);
     }
-    for index in 0..block_count(fs, data) {
+    let mut index = block_count(fs, data).saturating_sub(1);
+    let mut placed = insert_in_block(fs, tx, data, index, name, inode, file_type)?;
+    if placed.is_none() {
+        index = new_block(fs, tx, data, 0)?;
+        placed = insert_in_block(fs, tx, data, index, name, inode, file_type)?;
+    }
+    let Some(offset) = placed else {
+        return Err(FsError::corrupt("directory", dir, "new block has no room"));
+    };
+    let address = dir_address(index, offset)
+        .ok_or_else(|| FsError::corrupt("directory", dir, "data address out of range"))?;
+    if let Err(error) = index_insert(fs, tx, data, name, address) {
         let block = block_of(data, index)?;
         let guard = tx.tx.get_buf(BufKey::single(block.0), &spec(fs, dir))?;
-        if best_free(guard) < needed {
-            continue;
-        }
         let len = guard.len();
-        if dir_data_insert(guard.bytes_mut(0..len)?, inode, file_type, name)?.is_some() {
-            return Ok(());
-        }
+        dir_data_remove(guard.bytes_mut(0..len)?, offset)?;
+        return Err(error);
     }
-    let index = new_block(fs, tx, data, 0)?;
+    Ok(())
+}
+
+/// Inserts an entry into data block `index` if it has room; returns its offset.
+fn insert_in_block(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    data: &InodeData,
+    index: u32,
+    name: &[u8],
+    inode: u64,
+    file_type: FileType,
+) -> Result<Option<u16>, FsError> {
     let block = block_of(data, index)?;
-    let guard = tx.tx.get_buf(BufKey::single(block.0), &spec(fs, dir))?;
-    let len = guard.len();
-    match dir_data_insert(guard.bytes_mut(0..len)?, inode, file_type, name)? {
-        Some(_) => Ok(()),
-        None => Err(FsError::corrupt(
-            "directory block",
-            block.0,
-            "new block has no room",
-        )),
+    let guard = tx
+        .tx
+        .get_buf(BufKey::single(block.0), &spec(fs, data.core.header.blkno))?;
+    if best_free(guard) < dir_entry_bytes(name.len()) {
+        return Ok(None);
     }
+    let len = guard.len();
+    Ok(dir_data_insert(
+        guard.bytes_mut(0..len)?,
+        inode,
+        file_type,
+        name,
+    )?)
 }
 
 /// The largest free region of a data block, from its header.
@@ -377,27 +528,27 @@ pub(crate) fn remove(
             name: entry.name,
         });
     }
+    let (found, key) = indexed_lookup(fs, tx, data, name)?.ok_or(FsError::NotFound)?;
+    let (index, offset) = split_cookie(found.cookie)?;
     let dir = data.core.header.blkno;
-    for index in 0..block_count(fs, data) {
-        let block = block_of(data, index)?;
-        let guard = tx.tx.get_buf(BufKey::single(block.0), &spec(fs, dir))?;
-        let entries = dir_data_entries(guard)
-            .map_err(|e| FsError::corrupt("directory block", block.0, e.to_string()))?;
-        let hit = entries
-            .into_iter()
-            .find(|e| e.file_type != FileType::Unknown && e.name == name);
-        if let Some(entry) = hit {
-            let len = guard.len();
-            dir_data_remove(guard.bytes_mut(0..len)?, entry.offset)?;
-            return Ok(Found {
-                inode: entry.inode,
-                file_type: entry.file_type,
-                cookie: address_cookie(index, entry.offset),
-                name: entry.name,
-            });
-        }
+    let block = block_of(data, index)?;
+    let guard = tx.tx.get_buf(BufKey::single(block.0), &spec(fs, dir))?;
+    let len = guard.len();
+    dir_data_remove(guard.bytes_mut(0..len)?, offset)?;
+    let packed = marker(fs, tx, data, INDEX_MARKER)?;
+    let mut tree = dir_index::open(fs, dir, packed)?;
+    {
+        let mut ctx = IndexCtx { tx, fs, data };
+        dir_index::remove(&mut tree, &mut ctx, key, |ctx, address| {
+            let entry = entry_at(ctx.fs, ctx.tx, ctx.data, address)?;
+            Ok(name_hash(&entry.name))
+        })?;
     }
-    Err(FsError::NotFound)
+    let now = dir_index::pack_root(tree.root(), tree.levels());
+    if now != packed {
+        set_marker(fs, tx, data, INDEX_MARKER, now)?;
+    }
+    Ok(found)
 }
 
 /// Points the entry named `name` at `inode` of type `file_type` in place (rename over an
@@ -464,19 +615,7 @@ pub(crate) fn set_parent(
         store_shortform(data, &dir)?;
         return Ok(());
     }
-    let dir = data.core.header.blkno;
-    let block = block_of(data, 0)?;
-    let guard = tx.tx.get_buf(BufKey::single(block.0), &spec(fs, dir))?;
-    let entries = dir_data_entries(guard)
-        .map_err(|e| FsError::corrupt("directory block", block.0, e.to_string()))?;
-    let marker = entries
-        .iter()
-        .find(|e| e.file_type == FileType::Unknown)
-        .ok_or_else(|| FsError::corrupt("directory", dir, "no parent entry"))?;
-    // The entry's inode field sits 2 bytes into it.
-    let at = usize::from(marker.offset) + 2;
-    guard.write(at, &parent.to_le_bytes())?;
-    Ok(())
+    set_marker(fs, tx, data, PARENT_MARKER, parent)
 }
 
 /// Frees a directory's blocks when it is removed.

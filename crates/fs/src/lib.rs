@@ -21,6 +21,7 @@ mod attr;
 mod bmap;
 mod data;
 mod dir;
+mod dir_index;
 mod error;
 mod fs;
 mod glue;

@@ -1,0 +1,258 @@
+//! The hash index of a block-form directory: a B+tree of `DirHashRecord`s (`CDB1` blocks,
+//! `DirHashKey` = name hash) mapping a name's hash to the data address of its entry, so a
+//! lookup, insert or remove reads the tree path and one data block instead of every block.
+//!
+//! Collisions: the tree's keys are unique, so a name whose hash is taken goes to the next
+//! free key (linear probing in the 32-bit key space, wrapping). A lookup probes keys from the
+//! name's hash until a missing key; a remove closes the gap by moving later records of the
+//! run whose probe path crosses it (backward-shift deletion), so no probe run is ever broken.
+//!
+//! Placement: tree pointers are filesystem blocks (base 0, so the tree's own header checks
+//! hold); each tree block is also mapped in the directory's data fork at file block
+//! `INDEX_FILE_BASE + block`, so block accounting (fsck) and freeing the directory see it, and
+//! tree blocks allocated next to each other merge into one extent. New tree blocks go after the
+//! last one, starting in the middle of the directory's AG, away from its data blocks.
+//! The root pointer and height live in the `..index` marker entry of data block 0 (type
+//! `Unknown`, like the parent marker): inode field = `root | levels << 56`.
+
+use cairn_alloc::Request;
+use cairn_btree::{Btree, Buffers, TreeCodec, TreeContext, TreeError, TreeSpec};
+use cairn_bufcache::{BufGuard, ReadSpec};
+use cairn_format::dir::{DirHashKey, DirHashRecord};
+use cairn_format::{AgNumber, Extent, FsBlock, MetaKind};
+
+use crate::FsError;
+use crate::bmap;
+use crate::fs::Filesystem;
+use crate::glue::{JournalLog, Tx, free_sequence};
+use crate::inode::InodeData;
+
+/// File block of the data fork where tree block 0 would be mapped (above every data block
+/// a data address can name: those are below `1 << DIR_DATA_BLOCK_BITS`).
+pub(crate) const INDEX_FILE_BASE: u64 = 1 << 32;
+/// Bits of the marker's inode field holding the tree height.
+const LEVELS_SHIFT: u32 = 56;
+/// Most keys one probe run may span before the index is called corrupt.
+const PROBE_MAX: u32 = 1 << 20;
+
+/// The directory hash tree codec.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DirHashCodec;
+
+impl TreeCodec for DirHashCodec {
+    type Record = DirHashRecord;
+    type Key = DirHashKey;
+    const KIND: MetaKind = MetaKind::DirBtree;
+
+    fn key(record: &DirHashRecord) -> DirHashKey {
+        DirHashKey { hash: record.hash }
+    }
+}
+
+/// Packs a tree root for the marker entry.
+pub(crate) fn pack_root(root: u64, levels: u32) -> u64 {
+    root | (u64::from(levels) << LEVELS_SHIFT)
+}
+
+/// Unpacks a marker's inode field into (root, levels).
+pub(crate) fn unpack_root(packed: u64) -> (u64, u32) {
+    (
+        packed & ((1 << LEVELS_SHIFT) - 1),
+        (packed >> LEVELS_SHIFT) as u32,
+    )
+}
+
+fn spec(fs: &Filesystem, dir: u64) -> Result<TreeSpec, FsError> {
+    Ok(TreeSpec::file::<DirHashCodec>(&fs.geometry, fs.uuid, dir)?)
+}
+
+/// Opens the index whose root the marker holds.
+pub(crate) fn open(fs: &Filesystem, dir: u64, packed: u64) -> Result<Btree<DirHashCodec>, FsError> {
+    let (root, levels) = unpack_root(packed);
+    Ok(Btree::open(spec(fs, dir)?, root, levels)?)
+}
+
+/// A transaction as the index's context: blocks come from the allocator and are mapped into
+/// the directory's data fork (see the module documentation).
+pub(crate) struct IndexCtx<'a, 'j> {
+    pub tx: &'a mut Tx<'j>,
+    pub fs: &'a Filesystem,
+    pub data: &'a mut InodeData,
+}
+
+impl std::fmt::Debug for IndexCtx<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexCtx").finish_non_exhaustive()
+    }
+}
+
+impl<'j> Buffers<'j> for IndexCtx<'_, 'j> {
+    fn buffer(
+        &mut self,
+        block: FsBlock,
+        spec: &ReadSpec,
+        new: bool,
+    ) -> Result<&mut BufGuard<'j>, TreeError> {
+        self.tx.buffer(block, spec, new)
+    }
+
+    fn invalidate(&mut self, block: FsBlock, spec: &ReadSpec) -> Result<(), TreeError> {
+        self.tx.invalidate(block, spec)
+    }
+}
+
+fn no_space(why: impl ToString) -> TreeError {
+    TreeError::NoSpace {
+        why: why.to_string(),
+    }
+}
+
+impl<'j> TreeContext<'j> for IndexCtx<'_, 'j> {
+    fn allocate_block(&mut self) -> Result<FsBlock, TreeError> {
+        let mut list = bmap::extents(self.data).map_err(no_space)?;
+        if list.len() >= bmap::inline_capacity(self.data) {
+            return Err(no_space("the directory's extent list is full"));
+        }
+        let goal = self.goal(&list);
+        let mut request = Request::near(goal, 1, 1);
+        request.lowest_ag = AgNumber(0);
+        let log = JournalLog(&self.fs.journal);
+        let found = self
+            .fs
+            .alloc
+            .allocate(self.tx, &log, &request)
+            .map_err(no_space)?
+            .ok_or_else(|| no_space("no free block for a directory index"))?;
+        if found.fs_start.0 >= 1 << 32 {
+            return Err(no_space("index pointers are 32 bits"));
+        }
+        let extent = Extent::new(INDEX_FILE_BASE + found.fs_start.0, found.fs_start, 1, false)
+            .map_err(no_space)?;
+        bmap::insert(&mut list, extent);
+        if let Err(error) = bmap::store(self.data, &list) {
+            let sequence = free_sequence(&self.fs.journal);
+            self.fs
+                .alloc
+                .free(self.tx, &log, found.fs_start, 1, sequence)
+                .map_err(no_space)?;
+            return Err(no_space(error));
+        }
+        self.data.core.block_count += 1;
+        Ok(found.fs_start)
+    }
+
+    fn free_block(&mut self, block: FsBlock) -> Result<(), TreeError> {
+        let mut list = bmap::extents(self.data).map_err(no_space)?;
+        let start = INDEX_FILE_BASE + block.0;
+        let removed = bmap::cut(&mut list, start, start + 1);
+        if removed.len() != 1 {
+            return Err(no_space(format!("index block {} not in the fork", block.0)));
+        }
+        bmap::store(self.data, &list).map_err(no_space)?;
+        bmap::free_pieces(self.fs, self.tx, self.data, &removed).map_err(no_space)
+    }
+}
+
+impl IndexCtx<'_, '_> {
+    /// After the last index block, or the middle of the directory's AG.
+    fn goal(&self, list: &[Extent]) -> FsBlock {
+        if let Some(last) = list.iter().rev().find(|e| e.file_block >= INDEX_FILE_BASE) {
+            return last.fs_end();
+        }
+        let geometry = &self.fs.geometry;
+        let ag = ((self.data.core.header.blkno >> geometry.ag_inode_bits()) as u32)
+            .min(geometry.ag_count - 1);
+        FsBlock(geometry.ag_start(ag) + u64::from(geometry.ag_len(ag) / 2))
+    }
+}
+
+/// Creates an empty index; returns its packed root.
+pub(crate) fn create(ctx: &mut IndexCtx<'_, '_>, dir: u64) -> Result<u64, FsError> {
+    let block = ctx.allocate_block()?;
+    let tree = Btree::<DirHashCodec>::create(ctx, spec(ctx.fs, dir)?, block.0)?;
+    Ok(pack_root(tree.root(), tree.levels()))
+}
+
+/// The keys from `hash` on, in probe order, while records exist: calls `visit` with each
+/// record until it returns `Some`.
+pub(crate) fn probe<'c, X: Buffers<'c>, T>(
+    tree: &Btree<DirHashCodec>,
+    ctx: &mut X,
+    hash: u32,
+    mut visit: impl FnMut(&mut X, DirHashRecord) -> Result<Option<T>, FsError>,
+) -> Result<Option<T>, FsError> {
+    let mut key = hash;
+    for _ in 0..PROBE_MAX {
+        let Some(record) = tree.get(ctx, &DirHashKey { hash: key })? else {
+            return Ok(None);
+        };
+        if let Some(found) = visit(ctx, record)? {
+            return Ok(Some(found));
+        }
+        key = key.wrapping_add(1);
+    }
+    Err(FsError::corrupt(
+        "directory index",
+        tree.root(),
+        "probe run too long",
+    ))
+}
+
+/// Inserts `address` under the first free key from `hash`.
+pub(crate) fn insert(
+    tree: &mut Btree<DirHashCodec>,
+    ctx: &mut IndexCtx<'_, '_>,
+    hash: u32,
+    address: u32,
+) -> Result<(), FsError> {
+    let mut key = hash;
+    for _ in 0..PROBE_MAX {
+        if tree.get(ctx, &DirHashKey { hash: key })?.is_none() {
+            tree.insert(ctx, &DirHashRecord { hash: key, address })?;
+            return Ok(());
+        }
+        key = key.wrapping_add(1);
+    }
+    Err(FsError::corrupt(
+        "directory index",
+        tree.root(),
+        "probe run too long",
+    ))
+}
+
+/// Removes the record at `key` and closes the gap: a later record of the run moves back into
+/// it when its home hash (from `home_of(address)`) does not lie cyclically in `(gap, key]`.
+pub(crate) fn remove(
+    tree: &mut Btree<DirHashCodec>,
+    ctx: &mut IndexCtx<'_, '_>,
+    key: u32,
+    mut home_of: impl FnMut(&mut IndexCtx<'_, '_>, u32) -> Result<u32, FsError>,
+) -> Result<(), FsError> {
+    tree.delete(ctx, &DirHashKey { hash: key })?;
+    let mut gap = key;
+    let mut next = key.wrapping_add(1);
+    for _ in 0..PROBE_MAX {
+        let Some(record) = tree.get(ctx, &DirHashKey { hash: next })? else {
+            return Ok(());
+        };
+        let home = home_of(ctx, record.address)?;
+        // Distances along the probe direction: the record may stay if its home lies after
+        // the gap (it never had to pass the gap).
+        let stays = next.wrapping_sub(home) < next.wrapping_sub(gap);
+        if !stays {
+            tree.delete(ctx, &DirHashKey { hash: next })?;
+            let moved = DirHashRecord {
+                hash: gap,
+                address: record.address,
+            };
+            tree.insert(ctx, &moved)?;
+            gap = next;
+        }
+        next = next.wrapping_add(1);
+    }
+    Err(FsError::corrupt(
+        "directory index",
+        tree.root(),
+        "probe run too long",
+    ))
+}

@@ -1,0 +1,89 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+//! One big directory: create N entries, look each up, read the directory whole (every name
+//! exactly once), remove them all. N comes from `CAIRN_BIGDIR_ENTRIES` (default 10,000 while
+//! directory forks are limited to the inline extent list); the full-size run is
+//! `CAIRN_BIGDIR_ENTRIES=1000000 cargo test --release -p cairn-fs --test bigdir -- --nocapture`.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use cairn_fs::FileKind;
+use common::{fsck_clean, make_device, mount, root};
+
+fn entries_wanted() -> u64 {
+    std::env::var("CAIRN_BIGDIR_ENTRIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
+}
+
+fn name(index: u64) -> Vec<u8> {
+    format!("entry-{index:08}").into_bytes()
+}
+
+fn report(phase: &str, count: u64, started: Instant, reads_before: u64, reads_after: u64) {
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "bigdir {phase}: {count} in {seconds:.2} s = {:.0} entries/s, {:.2} buffer gets/op",
+        count as f64 / seconds.max(1e-9),
+        (reads_after - reads_before) as f64 / count.max(1) as f64
+    );
+}
+
+// Creates, looks up, lists and removes N entries in one directory, then checks fsck.
+#[test]
+fn big_directory_create_lookup_readdir_remove() {
+    let count = entries_wanted();
+    // Inodes (512 bytes each), directory blocks and the index, with room to spare.
+    let fs_bytes = (256u64 << 20).max(count * 2048);
+    let device = make_device(fs_bytes);
+    let fs = mount(&device);
+    let who = root();
+    let dir = fs.mkdir(fs.root(), b"big", 0o755, &who).unwrap().inode;
+    let reads = |fs: &cairn_fs::Filesystem| fs.stats().bufcache.gets;
+
+    let (started, before) = (Instant::now(), reads(&fs));
+    for index in 0..count {
+        let made = fs
+            .create(dir, &name(index), FileKind::Regular, 0o644, 0, &who)
+            .unwrap_or_else(|e| panic!("create {index}: {e}"));
+        fs.forget(made.inode, 1);
+    }
+    report("create", count, started, before, reads(&fs));
+
+    let (started, before) = (Instant::now(), reads(&fs));
+    for index in 0..count {
+        let found = fs.lookup(dir, &name(index)).unwrap();
+        fs.forget(found.inode, 1);
+    }
+    report("lookup", count, started, before, reads(&fs));
+
+    let (started, before) = (Instant::now(), reads(&fs));
+    let mut seen = HashSet::new();
+    let mut cookie = 0;
+    loop {
+        let batch = fs.readdir(dir, cookie, 512).unwrap();
+        let Some(last) = batch.last() else { break };
+        cookie = last.cookie;
+        for entry in batch {
+            if entry.name != b"." && entry.name != b".." {
+                assert!(seen.insert(entry.name), "a name came twice");
+            }
+        }
+    }
+    assert_eq!(seen.len() as u64, count);
+    report("readdir", count, started, before, reads(&fs));
+
+    let (started, before) = (Instant::now(), reads(&fs));
+    for index in 0..count {
+        fs.unlink(dir, &name(index), &who).unwrap();
+    }
+    report("remove", count, started, before, reads(&fs));
+    assert_eq!(fs.readdir(dir, 0, 10).unwrap().len(), 2);
+    fs.rmdir(fs.root(), b"big", &who).unwrap();
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
