@@ -100,6 +100,16 @@ fn check_config(geometry: &Geometry, config: &JournalConfig) -> Result<ReadSpec,
 }
 
 impl Journal {
+    /// Whether the log on `device` has checkpoints that mounting would replay (an unclean
+    /// log). Reads only: lets a read-only mount refuse a dirty log instead of replaying it.
+    pub fn needs_recovery(
+        device: &dyn BlockDevice,
+        superblock: &Superblock,
+    ) -> Result<bool, JournalError> {
+        let layout = Layout::new(&superblock.geometry, superblock.uuid());
+        crate::recovery::needs_replay(device, &layout)
+    }
+
     /// Opens the log of a formatted filesystem (geometry and UUID from its superblock),
     /// running recovery if needed; returns the journal and what recovery did, including the
     /// unfinished intents, which are relogged so they survive until their done items.
