@@ -29,6 +29,7 @@ mod ialloc;
 mod inode;
 mod namei;
 mod perm;
+mod recovery;
 mod remove;
 mod rename;
 mod symlink;

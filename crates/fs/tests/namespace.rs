@@ -335,3 +335,25 @@ fn index_handles_collisions_and_runs() {
     fs.unmount().unwrap();
     fsck_clean(&device);
 }
+
+// needs_recovery is false on a fresh and a cleanly unmounted device and true after a crash
+// (the filesystem dropped without unmount after a durable change).
+#[test]
+fn needs_recovery_follows_the_log() {
+    let device = make_device(64 << 20);
+    assert!(!Filesystem::needs_recovery(device.as_ref()).unwrap());
+    let fs = mount(&device);
+    file(&fs, fs.root(), b"f");
+    fs.unmount().unwrap();
+    assert!(!Filesystem::needs_recovery(device.as_ref()).unwrap());
+    let fs = mount(&device);
+    file(&fs, fs.root(), b"g");
+    fs.sync().unwrap();
+    drop(fs);
+    assert!(Filesystem::needs_recovery(device.as_ref()).unwrap());
+    let fs = mount(&device);
+    fs.lookup(fs.root(), b"g").unwrap();
+    fs.unmount().unwrap();
+    assert!(!Filesystem::needs_recovery(device.as_ref()).unwrap());
+    fsck_clean(&device);
+}
