@@ -1,19 +1,338 @@
-//! File data mapping: the extent list kept inline in the inode's data fork (Extents format).
-//! Lookups, allocation of new extents (written or unwritten), conversion of unwritten ranges
-//! to written, and freeing everything past a block for truncate and punch.
+//! File data mapping: a data fork's extents, kept inline in the inode (Extents format) or, once
+//! they no longer fit, in a B+tree (Btree format, `bmap_tree`), and back inline when they
+//! shrink to half the inline capacity. Lookups, allocation of new extents (written or
+//! unwritten), conversion of unwritten ranges to written, and freeing ranges for truncate and
+//! punch.
 //!
 //! Extents are kept sorted by file block, never overlapping; neighbours that continue each
 //! other on disk with the same state are merged, so a sequentially written file stays small.
+//!
+//! # The API for every fork user (files, directories, symlinks): `FileMap`
+//!
+//! ```text
+//! let mut map = FileMap::load(fs, &mut tx, number, &data)?;   // inside a transaction
+//! let map = FileMap::read(fs, number, &data)?;                // outside one (readers)
+//! map.lookup(block) -> Mapping                  // logical block -> Hole{length} | Mapped(extent)
+//! map.allocate(fs, &mut tx, &mut data, start, length, Placement::near(false))?  // one extent
+//! map.map_range(fs, &mut tx, &mut data, start, end, unwritten)?  // fill every hole
+//! map.unmap_range(fs, &mut tx, &mut data, start, end)?           // cut and free
+//! map.store(fs, &mut tx, &mut data)?            // write back: inline, tree, or tree -> inline
+//! ```
+//! Load, change and store within one transaction, under the inode's metadata lock; the map is
+//! a copy, and `store` applies only the difference to the tree. Keep the number of extents
+//! changed per transaction small (the reservations assume `EXTENTS_PER_STEP`).
+//! The free functions on `&[Extent]` below (`extents`, `store`, `allocate`, ...) are the
+//! older inline-only interface, kept for callers not yet moved to `FileMap`.
 
-use cairn_alloc::Request;
+use cairn_alloc::{Mode, Request};
+use cairn_btree::{Buffers, CacheContext};
 use cairn_format::inode::{ForkFormat, fork_extents, put_fork_extents};
-use cairn_format::limits::EXTENT_LEN_MAX;
-use cairn_format::{AgNumber, Extent, FsBlock};
+use cairn_format::limits::{BTREE_LEVELS_MAX, EXTENT_LEN_MAX};
+use cairn_format::{AgNumber, BtreeLayout, Extent, FsBlock, MetaKind};
+use cairn_journal::Reservation;
 
 use crate::FsError;
+use crate::bmap_tree::{self, BmapCtx};
 use crate::fs::Filesystem;
 use crate::glue::{JournalLog, Tx, free_sequence};
 use crate::inode::InodeData;
+
+/// Extents allocated, converted or freed per transaction by the data paths.
+pub(crate) const EXTENTS_PER_STEP: usize = 4;
+
+/// The reservation of one mapping step: the inode; per extent the AGF, AGFL and both
+/// free-space tree paths (`2 + 2 * (free_levels + 1)`: a split at every level and a new
+/// root); and the extent tree: a split path (`bmap_levels + 1`) plus the AG headers and
+/// free-space paths of its new blocks (`2 + 2 * (free_levels + 1)`). Tree heights are the
+/// most the geometry allows (`levels_bound`), not `BTREE_LEVELS_MAX`, which would ask for
+/// more log space than a small log has.
+pub(crate) fn step_reservation(fs: &Filesystem) -> Reservation {
+    let free_levels = free_tree_levels(fs);
+    let per_extent = 2 + 2 * (free_levels + 1);
+    let tree = 2 * (bmap_tree_levels(fs) + 1) + per_extent;
+    let buffers = EXTENTS_PER_STEP as u32 * per_extent + tree;
+    Reservation::for_items(&fs.geometry, buffers, fs.geometry.block_size, 1, 0)
+}
+
+/// Most levels a tree of `kind` holding `records` records can have when every block but
+/// the root is half full.
+fn levels_bound(kind: MetaKind, block_size: u32, records: u64) -> u32 {
+    let Some(layout) = BtreeLayout::for_kind(kind, block_size) else {
+        return BTREE_LEVELS_MAX;
+    };
+    let leaf_min = (layout.capacity(0) as u64 / 2).max(2);
+    let node_min = (layout.capacity(1) as u64 / 2).max(2);
+    let mut blocks = records.div_ceil(leaf_min);
+    let mut levels = 1;
+    while blocks > 1 && levels < BTREE_LEVELS_MAX {
+        blocks = blocks.div_ceil(node_min);
+        levels += 1;
+    }
+    levels
+}
+
+/// Height bound of an AG's free-space trees (at most one record per two blocks).
+fn free_tree_levels(fs: &Filesystem) -> u32 {
+    let records = u64::from(fs.geometry.ag_blocks).div_ceil(2);
+    levels_bound(MetaKind::BnoBtree, fs.geometry.block_size, records)
+}
+
+/// Height bound of a file extent tree (at most one record per device block).
+fn bmap_tree_levels(fs: &Filesystem) -> u32 {
+    levels_bound(
+        MetaKind::BmapBtree,
+        fs.geometry.block_size,
+        fs.geometry.block_count,
+    ) + 1
+}
+
+/// How to place a new extent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placement {
+    /// Map the blocks unwritten (read as zeros until converted).
+    pub unwritten: bool,
+    /// Fewest blocks acceptable (the rest of the hole is mapped by later calls).
+    pub min_len: u32,
+    /// Start and length multiple, in blocks (1: any).
+    pub alignment: u32,
+    /// Try to continue the previous extent on disk exactly before searching near it.
+    pub exact_first: bool,
+}
+
+impl Placement {
+    /// One or more blocks near the previous extent.
+    pub fn near(unwritten: bool) -> Self {
+        Self {
+            unwritten,
+            min_len: 1,
+            alignment: 1,
+            exact_first: false,
+        }
+    }
+}
+
+/// A fork's extent map loaded for one operation; see the module documentation.
+#[derive(Debug)]
+pub(crate) struct FileMap {
+    number: u64,
+    list: Vec<Extent>,
+    /// The extents as stored, to diff against.
+    original: Vec<Extent>,
+    /// Lowest AG the transaction may still lock.
+    floor: u32,
+}
+
+impl FileMap {
+    /// Loads the map of inode `number` through `ctx` (a transaction, or a cache context).
+    pub fn load<'c, X: Buffers<'c>>(
+        fs: &Filesystem,
+        ctx: &mut X,
+        number: u64,
+        data: &InodeData,
+    ) -> Result<Self, FsError> {
+        let list = match data.core.data_format {
+            ForkFormat::Extents => fork_extents(data.data_fork(), data.core.data_extent_count)
+                .map_err(|e| FsError::corrupt("inode extents", number, e.to_string()))?,
+            ForkFormat::Btree => bmap_tree::records(fs, number, data, ctx)?,
+            _ => Vec::new(),
+        };
+        check_list(number, &list)?;
+        Ok(Self {
+            number,
+            original: list.clone(),
+            list,
+            floor: 0,
+        })
+    }
+
+    /// Loads the map outside any transaction (no buffer stays held afterwards).
+    pub fn read(fs: &Filesystem, number: u64, data: &InodeData) -> Result<Self, FsError> {
+        let mut ctx = CacheContext::new(&fs.cache);
+        Self::load(fs, &mut ctx, number, data)
+    }
+
+    pub fn extents(&self) -> &[Extent] {
+        &self.list
+    }
+
+    /// The mapping of file block `block`.
+    pub fn lookup(&self, block: u64) -> Mapping {
+        map(&self.list, block)
+    }
+
+    /// Marks file blocks `start..end` written (they are mapped).
+    pub fn mark_written(&mut self, start: u64, end: u64) {
+        mark_written(&mut self.list, start, end);
+    }
+
+    /// Removes file blocks `start..end` from the map; returns the pieces (not yet freed).
+    pub fn cut(&mut self, start: u64, end: u64) -> Vec<Extent> {
+        cut(&mut self.list, start, end)
+    }
+
+    /// Maps file blocks `start..start + length` (a hole) with one new extent of at least
+    /// `placement.min_len` blocks, possibly fewer than asked; returns it.
+    pub fn allocate(
+        &mut self,
+        fs: &Filesystem,
+        tx: &mut Tx<'_>,
+        data: &mut InodeData,
+        start: u64,
+        length: u64,
+        placement: Placement,
+    ) -> Result<Extent, FsError> {
+        let wanted = length
+            .min(u64::from(EXTENT_LEN_MAX))
+            .min(u64::from(fs.geometry.ag_blocks)) as u32;
+        let min_len = placement.min_len.clamp(1, wanted.max(1));
+        let goal = target(fs, &self.list, self.number, start);
+        let log = JournalLog(&fs.journal);
+        let mut request = Request::near(goal, min_len, wanted.max(min_len));
+        if placement.alignment > 1 && wanted.is_multiple_of(placement.alignment) {
+            request = request.with_alignment(placement.alignment, placement.alignment);
+        }
+        request.lowest_ag = AgNumber(self.floor);
+        let mut found = None;
+        if placement.exact_first && !self.list.is_empty() {
+            let exact = request.with_mode(Mode::Exact).with_alignment(1, 1);
+            found = fs.alloc.allocate(tx, &log, &exact)?;
+        }
+        if found.is_none() {
+            found = fs.alloc.allocate(tx, &log, &request)?;
+        }
+        let found = found.ok_or(FsError::NoSpace)?;
+        self.floor = self.floor.max(found.ag.0);
+        let extent = Extent::new(start, found.fs_start, found.length, placement.unwritten)
+            .map_err(|e| FsError::corrupt("extent", found.fs_start.0, e.to_string()))?;
+        insert(&mut self.list, extent);
+        data.core.block_count += u64::from(found.length);
+        Ok(extent)
+    }
+
+    /// Maps every hole in file blocks `start..end`, at most `EXTENTS_PER_STEP` new extents;
+    /// returns the first block not yet examined (`end` when done).
+    pub fn map_range(
+        &mut self,
+        fs: &Filesystem,
+        tx: &mut Tx<'_>,
+        data: &mut InodeData,
+        start: u64,
+        end: u64,
+        placement: Placement,
+    ) -> Result<u64, FsError> {
+        let mut block = start;
+        let mut allocated = 0;
+        while block < end && allocated < EXTENTS_PER_STEP {
+            match self.lookup(block) {
+                Mapping::Mapped(extent) => block = extent.file_end(),
+                Mapping::Hole { length } => {
+                    let want = length.min(end - block);
+                    block = self
+                        .allocate(fs, tx, data, block, want, placement)?
+                        .file_end();
+                    allocated += 1;
+                }
+            }
+        }
+        Ok(block.min(end))
+    }
+
+    /// Unmaps and frees file blocks `start..end`, at most `EXTENTS_PER_STEP` extents from
+    /// the end of the range backwards; returns where the range now ends (`start` when done).
+    pub fn unmap_range(
+        &mut self,
+        fs: &Filesystem,
+        tx: &mut Tx<'_>,
+        data: &mut InodeData,
+        start: u64,
+        end: u64,
+    ) -> Result<u64, FsError> {
+        let inside: Vec<&Extent> = self
+            .list
+            .iter()
+            .filter(|e| e.file_end() > start && e.file_block < end)
+            .collect();
+        let Some(first) = inside
+            .len()
+            .checked_sub(EXTENTS_PER_STEP)
+            .map(|i| inside[i])
+        else {
+            let removed = self.cut(start, end);
+            self.free(fs, tx, data, &removed)?;
+            return Ok(start);
+        };
+        let step_start = first.file_block.max(start);
+        let removed = self.cut(step_start, end);
+        self.free(fs, tx, data, &removed)?;
+        Ok(step_start)
+    }
+
+    /// Frees the physical blocks of `removed` pieces (already cut) in `tx`.
+    pub fn free(
+        &mut self,
+        fs: &Filesystem,
+        tx: &mut Tx<'_>,
+        data: &mut InodeData,
+        removed: &[Extent],
+    ) -> Result<(), FsError> {
+        let mut sorted = removed.to_vec();
+        sorted.sort_by_key(|e| e.fs_block.0);
+        for extent in &sorted {
+            self.floor = self.floor.max(fs.geometry.ag_of(extent.fs_block).0);
+        }
+        free_pieces(fs, tx, data, &sorted)
+    }
+
+    /// Writes the map back into the fork: inline when it fits (freeing a tree that shrank to
+    /// half the inline capacity), else into the tree (created when the list outgrows the fork).
+    pub fn store(
+        &mut self,
+        fs: &Filesystem,
+        tx: &mut Tx<'_>,
+        data: &mut InodeData,
+    ) -> Result<(), FsError> {
+        if self.list == self.original {
+            return Ok(());
+        }
+        let capacity = inline_capacity(data);
+        let is_tree = data.core.data_format == ForkFormat::Btree;
+        let mut ctx = BmapCtx {
+            tx,
+            fs,
+            target: bmap_tree::home_target(fs, self.number),
+            floor: &mut self.floor,
+            blocks_delta: 0,
+        };
+        let result = match (is_tree, self.list.len()) {
+            (false, count) if count <= capacity => store(data, &self.list),
+            (false, _) => bmap_tree::create(&mut ctx, self.number, data, &self.list),
+            (true, count) if count <= capacity / 2 => {
+                bmap_tree::destroy(&mut ctx, self.number, data, &self.original)
+                    .and_then(|()| store(data, &self.list))
+            }
+            (true, _) => bmap_tree::apply(&mut ctx, self.number, data, &self.original, &self.list),
+        };
+        let delta = ctx.blocks_delta;
+        data.core.block_count = data.core.block_count.saturating_add_signed(delta);
+        result?;
+        self.original = self.list.clone();
+        Ok(())
+    }
+}
+
+/// Extents sorted, non-empty and not overlapping, or the fork is corrupt.
+fn check_list(number: u64, list: &[Extent]) -> Result<(), FsError> {
+    for pair in list.windows(2) {
+        if pair[0].file_end() > pair[1].file_block {
+            let detail = format!(
+                "extents at file blocks {} and {} overlap or are out of order",
+                pair[0].file_block, pair[1].file_block
+            );
+            return Err(FsError::corrupt("file extent map", number, detail));
+        }
+    }
+    Ok(())
+}
 
 /// What one file block range maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +348,7 @@ pub(crate) fn extents(data: &InodeData) -> Result<Vec<Extent>, FsError> {
     match data.core.data_format {
         ForkFormat::Extents => fork_extents(data.data_fork(), data.core.data_extent_count)
             .map_err(|e| FsError::corrupt("inode extents", data.core.header.blkno, e.to_string())),
+        // Tree forks need a buffer context: callers use `FileMap`.
         ForkFormat::Btree => Err(FsError::Unsupported),
         _ => Ok(Vec::new()),
     }
@@ -137,7 +457,7 @@ pub(crate) fn mark_written(list: &mut Vec<Extent>, start: u64, end: u64) {
 
 /// Where to put new blocks for file block `block`: after the previous extent, or in the
 /// inode's own AG.
-fn target(fs: &Filesystem, list: &[Extent], inode: u64, block: u64) -> FsBlock {
+pub(crate) fn target(fs: &Filesystem, list: &[Extent], inode: u64, block: u64) -> FsBlock {
     let index = list.partition_point(|e| e.file_end() <= block);
     if index > 0 {
         let prev = &list[index - 1];

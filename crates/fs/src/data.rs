@@ -11,32 +11,36 @@
 use cairn_blockdev::AlignedBuf;
 use cairn_format::Extent;
 use cairn_format::inode::ForkFormat;
-use cairn_format::limits::BTREE_LEVELS_MAX;
 use cairn_journal::Reservation;
 
-use crate::bmap::{self, Mapping};
+use crate::bmap::{self, FileMap, Mapping, Placement};
 use crate::fs::Filesystem;
 use crate::inode::{InodeData, now};
-use crate::unlinked::EXTENTS_PER_STEP;
 use crate::{FsError, perm};
 
 /// Largest single read or write, in bytes.
 pub(crate) const IO_BYTES_MAX: u64 = 64 << 20;
+
+/// Refuses directories and forks that hold no extent map.
+pub(crate) fn check_data_file(data: &InodeData) -> Result<(), FsError> {
+    if data.is_dir() {
+        return Err(FsError::IsDirectory);
+    }
+    match data.core.data_format {
+        ForkFormat::Extents | ForkFormat::Btree => Ok(()),
+        _ => Err(FsError::InvalidArgument("not a regular file")),
+    }
+}
 
 impl Filesystem {
     /// Reads up to `len` bytes at `offset`; short at end of file.
     pub fn read(&self, inode: u64, offset: u64, len: u32) -> Result<Vec<u8>, FsError> {
         let handle = self.live_inode(inode)?;
         let _io = handle.io.read();
-        let (size, list) = {
+        let (size, map) = {
             let data = handle.data.lock();
-            if data.is_dir() {
-                return Err(FsError::IsDirectory);
-            }
-            if data.core.data_format != ForkFormat::Extents {
-                return Err(FsError::InvalidArgument("not a regular file"));
-            }
-            (data.core.size, bmap::extents(&data)?)
+            check_data_file(&data)?;
+            (data.core.size, FileMap::read(self, inode, &data)?)
         };
         let end = size.min(offset.saturating_add(u64::from(len)));
         if offset >= end {
@@ -45,7 +49,7 @@ impl Filesystem {
         Self::count(&self.counters.reads, 1);
         Self::count(&self.counters.read_bytes, end - offset);
         let mut out = vec![0u8; (end - offset) as usize];
-        self.read_range(&list, offset, &mut out)?;
+        self.read_range(map.extents(), offset, &mut out)?;
         Ok(out)
     }
 
@@ -54,7 +58,7 @@ impl Filesystem {
         let block_size = u64::from(self.geometry.block_size);
         let end = offset + out.len() as u64;
         let mut block = offset / block_size;
-        while block * block_size < end {
+        while block < end.div_ceil(block_size) {
             let run = match bmap::map(list, block) {
                 Mapping::Hole { length } => {
                     block = block.saturating_add(length);
@@ -91,29 +95,21 @@ impl Filesystem {
             .ok_or(FsError::InvalidArgument("write past the largest file"))?;
         let handle = self.live_inode(inode)?;
         let _io = handle.io.write();
-        {
-            let meta = handle.data.lock();
-            if meta.is_dir() {
-                return Err(FsError::IsDirectory);
-            }
-            if meta.core.data_format != ForkFormat::Extents {
-                return Err(FsError::InvalidArgument("not a regular file"));
-            }
-        }
+        check_data_file(&handle.data.lock())?;
         if data.is_empty() {
             return Ok(0);
         }
         Self::count(&self.counters.writes, 1);
         let block_size = u64::from(self.geometry.block_size);
         let (first, last) = (offset / block_size, end.div_ceil(block_size));
-        self.allocate_range(inode, &handle.data, first, last, true)?;
-        let list = bmap::extents(&handle.data.lock())?;
-        self.write_blocks(&list, offset, data)?;
+        self.allocate_range(inode, &handle.data, first, last, Placement::near(true))?;
+        let map = FileMap::read(self, inode, &handle.data.lock())?;
+        self.write_blocks(map.extents(), offset, data)?;
         let mut meta = handle.data.lock();
         let mut tx = self.begin(self.write_reservation())?;
-        let mut list = bmap::extents(&meta)?;
-        bmap::mark_written(&mut list, first, last);
-        let stored = bmap::store(&mut meta, &list);
+        let mut map = FileMap::load(self, &mut tx, inode, &meta)?;
+        map.mark_written(first, last);
+        let stored = map.store(self, &mut tx, &mut meta);
         let now = now();
         meta.core.mtime = now;
         meta.core.ctime = now;
@@ -126,55 +122,32 @@ impl Filesystem {
         Ok(data.len() as u32)
     }
 
-    /// Reservation of one allocation or conversion step: the inode and, per new extent, the
-    /// AGF, AGFL and both free-space tree paths.
+    /// Reservation of one allocation or conversion step (see `bmap::step_reservation`).
     pub(crate) fn write_reservation(&self) -> Reservation {
-        let buffers = EXTENTS_PER_STEP as u32 * (2 + 2 * BTREE_LEVELS_MAX);
-        Reservation::for_items(&self.geometry, buffers, self.geometry.block_size, 1, 0)
+        bmap::step_reservation(self)
     }
 
-    /// Maps every hole in file blocks `first..last` (unwritten when `unwritten`), a few
-    /// extents per transaction.
+    /// Maps every hole in file blocks `first..last` as `placement` says, a few extents per
+    /// transaction.
     pub(crate) fn allocate_range(
         &self,
         inode: u64,
         lock: &parking_lot::Mutex<InodeData>,
         first: u64,
         last: u64,
-        unwritten: bool,
+        placement: Placement,
     ) -> Result<(), FsError> {
         let mut block = first;
         while block < last {
             let mut meta = lock.lock();
             let mut tx = self.begin(self.write_reservation())?;
-            let mut list = bmap::extents(&meta)?;
-            let mut result = Ok(());
-            for _ in 0..EXTENTS_PER_STEP {
-                if block >= last {
-                    break;
-                }
-                match bmap::map(&list, block) {
-                    Mapping::Mapped(extent) => block = extent.file_end(),
-                    Mapping::Hole { length } => {
-                        let want = length.min(last - block);
-                        let step = bmap::allocate(
-                            self, &mut tx, &mut meta, &mut list, block, want, unwritten,
-                        );
-                        match step {
-                            Ok(extent) => block = extent.file_end(),
-                            Err(error) => {
-                                result = Err(error);
-                                break;
-                            }
-                        }
-                    }
-                }
-            }
-            let stored = bmap::store(&mut meta, &list);
+            let mut map = FileMap::load(self, &mut tx, inode, &meta)?;
+            let step = map.map_range(self, &mut tx, &mut meta, block, last, placement);
+            let stored = map.store(self, &mut tx, &mut meta);
             Self::log_inode(&mut tx, inode, &mut meta);
             Self::commit(tx, &mut [&mut meta])?;
             stored?;
-            result?;
+            block = step?;
         }
         Ok(())
     }
@@ -185,7 +158,7 @@ impl Filesystem {
         let block_size = u64::from(self.geometry.block_size);
         let end = offset + data.len() as u64;
         let mut block = offset / block_size;
-        while block * block_size < end {
+        while block < end.div_ceil(block_size) {
             let Mapping::Mapped(run) = bmap::map(list, block) else {
                 return Err(FsError::corrupt(
                     "file mapping",
@@ -235,15 +208,10 @@ impl Filesystem {
         let handle = self.live_inode(inode)?;
         let _io = handle.io.write();
         let mut meta = handle.data.lock();
-        if meta.is_dir() {
-            return Err(FsError::IsDirectory);
-        }
-        if meta.core.data_format != ForkFormat::Extents {
-            return Err(FsError::InvalidArgument("not a regular file"));
-        }
+        check_data_file(&meta)?;
         let block_size = u64::from(self.geometry.block_size);
         if size < meta.core.size && !size.is_multiple_of(block_size) {
-            self.zero_tail(&meta, size)?;
+            self.zero_tail(inode, &meta, size)?;
         }
         crate::unlinked::truncate_blocks(self, inode, &mut meta, size.div_ceil(block_size))?;
         let mut tx = self.begin(self.write_reservation())?;
@@ -257,11 +225,11 @@ impl Filesystem {
     }
 
     /// Zeroes the bytes of the block holding `size` from `size` on (if written on disk).
-    fn zero_tail(&self, meta: &InodeData, size: u64) -> Result<(), FsError> {
+    fn zero_tail(&self, inode: u64, meta: &InodeData, size: u64) -> Result<(), FsError> {
         let block_size = u64::from(self.geometry.block_size);
-        let list = bmap::extents(meta)?;
+        let map = FileMap::read(self, inode, meta)?;
         let block = size / block_size;
-        if let Mapping::Mapped(extent) = bmap::map(&list, block)
+        if let Mapping::Mapped(extent) = map.lookup(block)
             && !extent.unwritten
         {
             let physical = extent.fs_block.0 + (block - extent.file_block);

@@ -19,6 +19,7 @@
 
 mod attr;
 mod bmap;
+mod bmap_tree;
 mod data;
 mod dir;
 mod dir_index;

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use cairn_format::inode::ForkFormat;
-use cairn_format::limits::{AGI_UNLINKED_BUCKETS, BTREE_LEVELS_MAX};
+use cairn_format::limits::AGI_UNLINKED_BUCKETS;
 use cairn_format::types::NULL_AG_INODE;
 use cairn_journal::Reservation;
 
@@ -17,17 +17,6 @@ use crate::glue::Tx;
 use crate::ialloc::{self, InodeNumbers, read_agi, write_agi};
 use crate::inode::{Inode, InodeData};
 use crate::{FsError, bmap, dir};
-
-/// Extents freed per truncate transaction.
-pub(crate) const EXTENTS_PER_STEP: usize = 4;
-
-/// The reservation of one truncate step: the inode and, per extent, the AGF, AGFL and both
-/// free-space tree paths.
-pub(crate) fn step_reservation(fs: &Filesystem) -> Reservation {
-    let per_extent = 2 + 2 * BTREE_LEVELS_MAX;
-    let buffers = EXTENTS_PER_STEP as u32 * per_extent;
-    Reservation::for_items(&fs.geometry, buffers, fs.geometry.block_size, 1, 0)
-}
 
 fn bucket(ag_inode: u32) -> usize {
     ag_inode as usize % AGI_UNLINKED_BUCKETS
@@ -93,7 +82,11 @@ pub(crate) fn free_orphan(fs: &Filesystem, inode: &Arc<Inode>) -> Result<(), FsE
     if !data.is_allocated() || data.core.nlink != 0 {
         return Ok(());
     }
-    if data.core.data_format == ForkFormat::Extents {
+    let mapped = matches!(
+        data.core.data_format,
+        ForkFormat::Extents | ForkFormat::Btree
+    );
+    if mapped && !data.is_dir() {
         truncate_blocks(fs, inode.number, &mut data, 0)?;
     }
     let mut tx = fs.begin(Reservation::remove(&fs.geometry))?;
@@ -123,8 +116,9 @@ fn free_now(
     ialloc::free_inode(fs, tx, number)
 }
 
-/// Frees every mapped block at or past file block `from`, a few extents per transaction.
-/// The inode's size is the caller's business.
+/// Frees every mapped block at or past file block `from`, a few extents per transaction
+/// (from the end backwards, so every step leaves a file mapped up to some block). The
+/// inode's size is the caller's business.
 pub(crate) fn truncate_blocks(
     fs: &Filesystem,
     number: u64,
@@ -132,27 +126,18 @@ pub(crate) fn truncate_blocks(
     from: u64,
 ) -> Result<(), FsError> {
     loop {
-        let mut list = bmap::extents(data)?;
-        let tail: Vec<_> = list
-            .iter()
-            .filter(|e| e.file_end() > from)
-            .copied()
-            .collect();
-        if tail.is_empty() {
+        let mut tx = fs.begin(bmap::step_reservation(fs))?;
+        let mut map = bmap::FileMap::load(fs, &mut tx, number, data)?;
+        if map.extents().last().is_none_or(|e| e.file_end() <= from) {
+            tx.tx.cancel()?;
             return Ok(());
         }
-        // Free the last extents first, so every step leaves a file mapped up to some block.
-        let step_start = tail[tail.len().saturating_sub(EXTENTS_PER_STEP)]
-            .file_block
-            .max(from);
-        let mut removed = bmap::cut(&mut list, step_start, u64::MAX);
-        removed.sort_by_key(|e| e.fs_block.0);
-        let mut tx = fs.begin(step_reservation(fs))?;
-        bmap::store(data, &list)?;
-        let freed = bmap::free_pieces(fs, &mut tx, data, &removed);
+        let step = map.unmap_range(fs, &mut tx, data, from, u64::MAX);
+        let stored = map.store(fs, &mut tx, data);
         Filesystem::log_inode(&mut tx, number, data);
         Filesystem::commit(tx, &mut [data])?;
-        freed?;
+        stored?;
+        step?;
     }
 }
 

@@ -7,6 +7,7 @@ use cairn_format::inode::{FileType, ForkFormat, InodeCore, fork_extents};
 use cairn_format::limits::INODES_PER_CHUNK;
 use cairn_format::{AgBlock, AgNumber, Expected, InodeNumber, MetaKind, OnDisk};
 
+use crate::bmap::ForkBlocks;
 use crate::check::Checker;
 use crate::report::Problem;
 use crate::tree::AgTree;
@@ -140,32 +141,27 @@ impl Checker<'_> {
         }
     }
 
-    /// Claims the blocks a file's extents map, after checking they lie inside the device.
+    /// Checks a file's extent list or tree (see `bmap.rs`) and claims its blocks.
     fn check_data_fork(&mut self, number: InodeNumber, raw: &[u8], core: &InodeCore) {
         let fork = &raw[core.data_fork_range(self.geometry.inode_size)];
-        match core.data_format {
-            ForkFormat::Local | ForkFormat::Device => {}
+        let found = match core.data_format {
+            ForkFormat::Local | ForkFormat::Device => return,
             ForkFormat::Extents => match fork_extents(fork, core.data_extent_count) {
-                Ok(extents) => {
-                    for extent in extents {
-                        if extent.fs_end().0 > self.geometry.block_count {
-                            let message = format!("inode {number}: an extent ends past the device");
-                            self.report
-                                .add(Problem::new("inode", Some(number.0), message));
-                            continue;
-                        }
-                        self.claim(extent.fs_block.0, u64::from(extent.length), "file data");
-                    }
+                Ok(extents) => Some(ForkBlocks {
+                    extents,
+                    tree_blocks: 0,
+                }),
+                Err(err) => {
+                    let message = err.to_string();
+                    self.report
+                        .add(Problem::new("inode", Some(number.0), message));
+                    None
                 }
-                Err(err) => self
-                    .report
-                    .add(Problem::new("inode", Some(number.0), err.to_string())),
             },
-            ForkFormat::Btree => {
-                let message = format!("inode {number}: extent trees are newer than this fsck");
-                self.report
-                    .add(Problem::new("inode", Some(number.0), message));
-            }
+            ForkFormat::Btree => self.walk_bmap_tree(number, fork, core),
+        };
+        if let Some(found) = found {
+            self.check_extents(number, core, found);
         }
     }
 

@@ -9,6 +9,7 @@
 //! - any damage is reported as a `Problem` naming the structure and block, never a panic; a
 //!   structure too damaged to follow is reported and skipped, and the check goes on.
 
+mod bmap;
 pub mod check;
 pub mod cli;
 mod inodes;

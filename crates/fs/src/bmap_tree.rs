@@ -1,0 +1,293 @@
+//! The file extent B+tree (`CMB1` blocks, `BmapCodec`): a data fork whose extents no longer
+//! fit inline keeps them in a tree whose blocks come from the allocator near the inode and
+//! carry the inode number as owner.
+//!
+//! Root placement: the inode fork holds a `BmapRoot` with exactly one child, the root block of
+//! a `cairn_btree::Btree` (so the generic tree code, which keeps its root in a block, manages
+//! every block); `BmapRoot.level` is the tree's height and its one key is the first file block
+//! mapped. The fork's extent count is the number of records in the tree.
+//!
+//! Every change is made in the caller's transaction through `BmapCtx`, which also keeps the
+//! lowest AG the transaction may still lock (AG headers are locked in ascending order) and the
+//! number of tree blocks gained or lost, for the inode's block count.
+
+use cairn_alloc::Request;
+use cairn_btree::{BmapCodec, Btree, Buffers, TreeContext, TreeError, TreeSpec};
+use cairn_bufcache::{BufGuard, ReadSpec};
+use cairn_format::inode::{BmapRoot, ForkFormat};
+use cairn_format::{AgNumber, Extent, FsBlock, InodeNumber};
+
+use crate::FsError;
+use crate::fs::Filesystem;
+use crate::glue::{JournalLog, Tx, free_sequence};
+use crate::inode::InodeData;
+
+/// A transaction seen as a bmap tree's context: tree blocks from the allocator near `target`.
+pub(crate) struct BmapCtx<'a, 'j> {
+    pub tx: &'a mut Tx<'j>,
+    pub fs: &'a Filesystem,
+    /// Where new tree blocks go (the inode's cluster, then the last tree block allocated).
+    pub target: FsBlock,
+    /// Lowest AG this transaction may still lock.
+    pub floor: &'a mut u32,
+    /// Tree blocks allocated minus tree blocks freed.
+    pub blocks_delta: i64,
+}
+
+impl std::fmt::Debug for BmapCtx<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BmapCtx")
+            .field("target", &self.target)
+            .field("floor", &self.floor)
+            .finish()
+    }
+}
+
+impl<'j> Buffers<'j> for BmapCtx<'_, 'j> {
+    fn buffer(
+        &mut self,
+        block: FsBlock,
+        spec: &ReadSpec,
+        new: bool,
+    ) -> Result<&mut BufGuard<'j>, TreeError> {
+        self.tx.buffer(block, spec, new)
+    }
+
+    fn invalidate(&mut self, block: FsBlock, spec: &ReadSpec) -> Result<(), TreeError> {
+        self.tx.invalidate(block, spec)
+    }
+}
+
+impl<'j> TreeContext<'j> for BmapCtx<'_, 'j> {
+    fn allocate_block(&mut self) -> Result<FsBlock, TreeError> {
+        let mut request = Request::near(self.target, 1, 1);
+        request.lowest_ag = AgNumber(*self.floor);
+        let log = JournalLog(&self.fs.journal);
+        let found = self
+            .fs
+            .alloc
+            .allocate(self.tx, &log, &request)
+            .map_err(|error| TreeError::NoSpace {
+                why: error.to_string(),
+            })?
+            .ok_or_else(|| TreeError::NoSpace {
+                why: "no free block for a file extent tree".into(),
+            })?;
+        *self.floor = (*self.floor).max(found.ag.0);
+        self.blocks_delta += 1;
+        self.target = found.fs_start;
+        Ok(found.fs_start)
+    }
+
+    fn free_block(&mut self, block: FsBlock) -> Result<(), TreeError> {
+        let sequence = free_sequence(&self.fs.journal);
+        let log = JournalLog(&self.fs.journal);
+        self.fs
+            .alloc
+            .free(self.tx, &log, block, 1, sequence)
+            .map_err(|error| TreeError::NoSpace {
+                why: error.to_string(),
+            })?;
+        *self.floor = (*self.floor).max(self.fs.geometry.ag_of(block).0);
+        self.blocks_delta -= 1;
+        Ok(())
+    }
+}
+
+/// The tree description of inode `number`'s extent tree.
+pub(crate) fn spec(fs: &Filesystem, number: u64) -> Result<TreeSpec, FsError> {
+    Ok(TreeSpec::file::<BmapCodec>(&fs.geometry, fs.uuid, number)?)
+}
+
+/// Where the first tree block of inode `number` goes: its own cluster block.
+pub(crate) fn home_target(fs: &Filesystem, number: u64) -> FsBlock {
+    fs.geometry
+        .inode_position(InodeNumber(number))
+        .map_or(FsBlock(fs.geometry.ag_start(0)), |(block, _)| block)
+}
+
+/// Opens the tree whose root the (Btree format) data fork of `data` holds.
+pub(crate) fn open(
+    fs: &Filesystem,
+    number: u64,
+    data: &InodeData,
+) -> Result<Btree<BmapCodec>, FsError> {
+    let corrupt = |detail: String| FsError::corrupt("extent tree root", number, detail);
+    let root = BmapRoot::decode(data.data_fork()).map_err(|e| corrupt(e.to_string()))?;
+    let [pointer] = root.pointers[..] else {
+        return Err(corrupt(format!(
+            "{} children, cairn roots have one",
+            root.pointers.len()
+        )));
+    };
+    Ok(Btree::open(
+        spec(fs, number)?,
+        pointer,
+        u32::from(root.level),
+    )?)
+}
+
+/// Every record of the tree, in order, read through `ctx`.
+pub(crate) fn records<'c, X: Buffers<'c>>(
+    fs: &Filesystem,
+    number: u64,
+    data: &InodeData,
+    ctx: &mut X,
+) -> Result<Vec<Extent>, FsError> {
+    let tree = open(fs, number, data)?;
+    let list = tree.records(ctx)?;
+    if list.len() as u64 != u64::from(data.core.data_extent_count) {
+        let detail = format!(
+            "the inode counts {} extents, the tree holds {}",
+            data.core.data_extent_count,
+            list.len()
+        );
+        return Err(FsError::corrupt("extent tree", number, detail));
+    }
+    Ok(list)
+}
+
+/// Writes the fork root for `tree` (first mapped block `first`) and the record count.
+fn write_root(
+    data: &mut InodeData,
+    tree: &Btree<BmapCodec>,
+    first: u64,
+    count: usize,
+) -> Result<(), FsError> {
+    let root = BmapRoot {
+        level: tree.levels() as u16,
+        keys: vec![first],
+        pointers: vec![tree.root()],
+    };
+    let at = data.core.header.blkno;
+    root.encode(data.data_fork_mut())
+        .map_err(|e| FsError::corrupt("extent tree root", at, e.to_string()))?;
+    data.core.data_format = ForkFormat::Btree;
+    data.core.data_extent_count = count as u32;
+    Ok(())
+}
+
+/// Moves an inline extent list into a new tree holding `list`.
+pub(crate) fn create(
+    ctx: &mut BmapCtx<'_, '_>,
+    number: u64,
+    data: &mut InodeData,
+    list: &[Extent],
+) -> Result<(), FsError> {
+    let root = ctx.allocate_block()?;
+    let mut tree = Btree::<BmapCodec>::create(ctx, spec(ctx.fs, number)?, root.0)?;
+    for extent in list {
+        tree.insert(ctx, extent)?;
+    }
+    let first = list.first().map_or(0, |e| e.file_block);
+    write_root(data, &tree, first, list.len())
+}
+
+/// Turns the tree holding `old` into the tree holding `new`: deletes records that went,
+/// rewrites records whose key stayed but whose extent changed, inserts new ones.
+pub(crate) fn apply(
+    ctx: &mut BmapCtx<'_, '_>,
+    number: u64,
+    data: &mut InodeData,
+    old: &[Extent],
+    new: &[Extent],
+) -> Result<(), FsError> {
+    let mut tree = open(ctx.fs, number, data)?;
+    let (deleted, updated, inserted) = diff(old, new);
+    for extent in &deleted {
+        tree.delete(
+            ctx,
+            &cairn_format::BmapKey {
+                file_block: extent.file_block,
+            },
+        )?;
+    }
+    for extent in &updated {
+        let key = cairn_format::BmapKey {
+            file_block: extent.file_block,
+        };
+        tree.update(ctx, &key, extent)?;
+    }
+    for extent in &inserted {
+        tree.insert(ctx, extent)?;
+    }
+    let first = new.first().map_or(0, |e| e.file_block);
+    write_root(data, &tree, first, new.len())
+}
+
+/// Empties the tree holding `old` and frees all of its blocks; the caller then stores the
+/// extents inline.
+pub(crate) fn destroy(
+    ctx: &mut BmapCtx<'_, '_>,
+    number: u64,
+    data: &InodeData,
+    old: &[Extent],
+) -> Result<(), FsError> {
+    let mut tree = open(ctx.fs, number, data)?;
+    // Deleting records merges and collapses blocks back to a single root leaf.
+    for extent in old {
+        tree.delete(
+            ctx,
+            &cairn_format::BmapKey {
+                file_block: extent.file_block,
+            },
+        )?;
+    }
+    let root = tree.spec().fs_block(tree.root());
+    let read_spec = tree.spec().read_spec;
+    ctx.invalidate(root, &read_spec)?;
+    ctx.free_block(root)?;
+    Ok(())
+}
+
+/// Records of `old` to delete, to update in place (same key) and to insert, to reach `new`.
+/// Both lists are sorted by file block with distinct keys.
+fn diff(old: &[Extent], new: &[Extent]) -> (Vec<Extent>, Vec<Extent>, Vec<Extent>) {
+    let (mut deleted, mut updated, mut inserted) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() || j < new.len() {
+        match (old.get(i), new.get(j)) {
+            (Some(a), Some(b)) if a.file_block == b.file_block => {
+                if a != b {
+                    updated.push(*b);
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some(a), Some(b)) if a.file_block < b.file_block => {
+                deleted.push(*a);
+                i += 1;
+            }
+            (Some(a), None) => {
+                deleted.push(*a);
+                i += 1;
+            }
+            (_, Some(b)) => {
+                inserted.push(*b);
+                j += 1;
+            }
+            (None, None) => break,
+        }
+    }
+    (deleted, updated, inserted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extent(file_block: u64, fs_block: u64, length: u32) -> Extent {
+        Extent::new(file_block, FsBlock(fs_block), length, false).unwrap()
+    }
+
+    // Checks the diff on overlapping edits: a kept, an updated, a deleted and an inserted key.
+    #[test]
+    fn diff_splits_changes_by_kind() {
+        let old = [extent(0, 100, 4), extent(10, 200, 2), extent(20, 300, 1)];
+        let new = [extent(0, 100, 4), extent(10, 200, 5), extent(15, 400, 1)];
+        let (deleted, updated, inserted) = diff(&old, &new);
+        assert_eq!(deleted, vec![old[2]]);
+        assert_eq!(updated, vec![new[1]]);
+        assert_eq!(inserted, vec![new[2]]);
+    }
+}
