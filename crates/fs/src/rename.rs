@@ -170,11 +170,6 @@ impl Filesystem {
         request: &Request<'_>,
         names: Names,
     ) -> Result<Option<Result<(), FsError>>, FsError> {
-        if names.source == request.new_parent {
-            return Ok(Some(Err(FsError::InvalidArgument(
-                "cannot move a directory into itself",
-            ))));
-        }
         if names.source == request.parent || names.target == Some(request.new_parent) {
             // A directory entry naming its own directory: locking it twice would deadlock.
             return Err(FsError::corrupt(
@@ -197,6 +192,7 @@ impl Filesystem {
             return Ok(Some(Err(FsError::NotFound)));
         }
         let new_above = self.ancestors(request.new_parent)?;
+        // `new_above` starts with the new parent itself.
         if new_above.contains(&names.source) {
             return Ok(Some(Err(FsError::InvalidArgument(
                 "cannot move a directory into itself",

@@ -57,3 +57,4 @@ pub fn user(uid: u32) -> Credentials {
         groups: Vec::new(),
     }
 }
+pub mod model;
