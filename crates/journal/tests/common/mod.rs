@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod oplog;
+
 use std::sync::Arc;
 
 use cairn_blockdev::{BlockDevice, MemDevice};
