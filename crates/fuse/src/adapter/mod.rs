@@ -1,0 +1,143 @@
+//! The `fuser::Filesystem` implementation: each request is timed, translated, served by
+//! `cairn_fs::Filesystem` and answered. Node ids are the filesystem's inode numbers, except
+//! that FUSE's root id 1 stands for the filesystem's root inode (an inode number that can
+//! never be 1: block 0 holds the superblock).
+
+mod dir;
+mod file;
+mod init;
+mod node;
+mod ops;
+mod xattr;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use cairn_fs::{Attr, FsError};
+use fuser::{Errno, FileAttr, FileType, Generation, INodeNo, ReplyEntry};
+
+use crate::convert::file_attr;
+use crate::errno::{ToErrno, is_severe};
+use crate::options::FuseSettings;
+use crate::stats::{Op, RequestStats};
+
+/// FUSE's node id of the root directory.
+pub const FUSE_ROOT_ID: u64 = 1;
+
+/// The FUSE front end of one mounted filesystem.
+#[derive(Debug)]
+pub struct CairnFs {
+    fs: Arc<cairn_fs::Filesystem>,
+    requests: Arc<RequestStats>,
+    settings: FuseSettings,
+    read_only: bool,
+    root: u64,
+}
+
+impl CairnFs {
+    /// A front end serving `fs`, counting requests in `requests`.
+    pub fn new(
+        fs: Arc<cairn_fs::Filesystem>,
+        requests: Arc<RequestStats>,
+        settings: FuseSettings,
+        read_only: bool,
+    ) -> Self {
+        let root = fs.root();
+        debug_assert_ne!(
+            root, FUSE_ROOT_ID,
+            "inode 1 cannot exist: block 0 is the superblock"
+        );
+        Self {
+            fs,
+            requests,
+            settings,
+            read_only,
+            root,
+        }
+    }
+
+    /// The filesystem inode a FUSE node id names.
+    fn inode(&self, node: INodeNo) -> u64 {
+        match node.0 {
+            FUSE_ROOT_ID => self.root,
+            inode => inode,
+        }
+    }
+
+    /// The FUSE node id of a filesystem inode.
+    fn node(&self, inode: u64) -> INodeNo {
+        INodeNo(if inode == self.root {
+            FUSE_ROOT_ID
+        } else {
+            inode
+        })
+    }
+
+    /// FUSE attributes of `attr`, with the root's node id mapped.
+    fn fuse_attr(&self, attr: &Attr) -> FileAttr {
+        let mut out = file_attr(attr);
+        out.ino = self.node(attr.inode);
+        out
+    }
+
+    /// Counts and logs a failed request and returns its errno.
+    fn fail(&self, op: Op, error: &FsError) -> Errno {
+        self.requests.error(op);
+        if is_severe(error) {
+            tracing::error!(request = ?op, %error, "request failed");
+        } else {
+            tracing::debug!(request = ?op, %error, "request failed");
+        }
+        error.to_errno()
+    }
+
+    /// Counts a request refused before it reached the filesystem.
+    fn refuse(&self, op: Op, errno: Errno) -> Errno {
+        self.requests.error(op);
+        errno
+    }
+
+    /// Answers with an entry the kernel may cache for the entry timeout.
+    fn reply_entry(&self, reply: ReplyEntry, attr: &Attr) {
+        let generation = Generation(u64::from(attr.generation));
+        reply.entry_with_ttls(
+            &self.settings.attr_timeout,
+            &self.settings.entry_timeout,
+            &self.fuse_attr(attr),
+            generation,
+        );
+    }
+
+    /// Answers a lookup of a missing name with a negative entry (node id 0), which the
+    /// kernel caches for the entry timeout: every creation goes through this daemon, so
+    /// the kernel learns of new names itself.
+    fn reply_negative(&self, reply: ReplyEntry) {
+        if self.settings.entry_timeout.is_zero() {
+            reply.error(Errno::from_i32(libc::ENOENT));
+            return;
+        }
+        let attr = FileAttr {
+            ino: INodeNo(0),
+            size: 0,
+            blocks: 0,
+            atime: SystemTime::UNIX_EPOCH,
+            mtime: SystemTime::UNIX_EPOCH,
+            ctime: SystemTime::UNIX_EPOCH,
+            crtime: SystemTime::UNIX_EPOCH,
+            kind: FileType::RegularFile,
+            perm: 0,
+            nlink: 0,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 0,
+            flags: 0,
+        };
+        reply.entry_with_ttls(
+            &Duration::ZERO,
+            &self.settings.entry_timeout,
+            &attr,
+            Generation(0),
+        );
+    }
+}

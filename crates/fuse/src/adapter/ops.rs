@@ -1,0 +1,472 @@
+//! The `fuser::Filesystem` trait: one short method per request type.
+
+use std::ffi::OsStr;
+use std::io;
+use std::path::Path;
+use std::time::SystemTime;
+
+use cairn_fs::{Credentials, FileKind, FsError, OpenFile};
+use fuser::{
+    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, FopenFlags, INodeNo, KernelConfig,
+    LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
+};
+
+use super::CairnFs;
+use super::file::{copy_range, fopen_flags, open_mode};
+use super::node::set_attr;
+use super::xattr::{is_reserved, reply_value};
+use crate::convert::{credentials, kind_of_mode, name_bytes, permission_bits};
+use crate::stats::Op;
+
+fn errno(code: i32) -> Errno {
+    Errno::from_i32(code)
+}
+
+impl fuser::Filesystem for CairnFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        self.negotiate(config);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _timer = self.requests.start(Op::Lookup);
+        match self.fs.lookup(self.inode(parent), name_bytes(name)) {
+            Ok(attr) => self.reply_entry(reply, &attr),
+            Err(FsError::NotFound) => self.reply_negative(reply),
+            Err(error) => reply.error(self.fail(Op::Lookup, &error)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let _timer = self.requests.start(Op::Forget);
+        self.fs.forget(self.inode(ino), nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _timer = self.requests.start(Op::Getattr);
+        match self.fs.getattr(self.inode(ino)) {
+            Ok(attr) => reply.attr(&self.settings.attr_timeout, &self.fuse_attr(&attr)),
+            Err(error) => reply.error(self.fail(Op::Getattr, &error)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let _timer = self.requests.start(Op::Setattr);
+        let changes = set_attr(mode, uid, gid, size, (atime, mtime), ctime);
+        match self
+            .fs
+            .setattr(self.inode(ino), &changes, &credentials(req))
+        {
+            Ok(attr) => reply.attr(&self.settings.attr_timeout, &self.fuse_attr(&attr)),
+            Err(error) => reply.error(self.fail(Op::Setattr, &error)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _timer = self.requests.start(Op::Readlink);
+        match self.fs.readlink(self.inode(ino)) {
+            Ok(target) => reply.data(&target),
+            Err(error) => reply.error(self.fail(Op::Readlink, &error)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let _timer = self.requests.start(Op::Mknod);
+        let Some(kind) = kind_of_mode(mode) else {
+            reply.error(self.refuse(Op::Mknod, errno(libc::EINVAL)));
+            return;
+        };
+        let parent = self.inode(parent);
+        let (name, bits, who) = (name_bytes(name), permission_bits(mode), credentials(req));
+        match self.fs.create(parent, name, kind, bits, rdev, &who) {
+            Ok(attr) => self.reply_entry(reply, &attr),
+            Err(error) => reply.error(self.fail(Op::Mknod, &error)),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let _timer = self.requests.start(Op::Mkdir);
+        let who = credentials(req);
+        let parent = self.inode(parent);
+        match self
+            .fs
+            .mkdir(parent, name_bytes(name), permission_bits(mode), &who)
+        {
+            Ok(attr) => self.reply_entry(reply, &attr),
+            Err(error) => reply.error(self.fail(Op::Mkdir, &error)),
+        }
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timer = self.requests.start(Op::Unlink);
+        match self
+            .fs
+            .unlink(self.inode(parent), name_bytes(name), &credentials(req))
+        {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(self.fail(Op::Unlink, &error)),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timer = self.requests.start(Op::Rmdir);
+        match self
+            .fs
+            .rmdir(self.inode(parent), name_bytes(name), &credentials(req))
+        {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(self.fail(Op::Rmdir, &error)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let _timer = self.requests.start(Op::Symlink);
+        let target = target.as_os_str().as_encoded_bytes();
+        let (parent, who) = (self.inode(parent), credentials(req));
+        match self.fs.symlink(parent, name_bytes(link_name), target, &who) {
+            Ok(attr) => self.reply_entry(reply, &attr),
+            Err(error) => reply.error(self.fail(Op::Symlink, &error)),
+        }
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let _timer = self.requests.start(Op::Link);
+        let (inode, parent) = (self.inode(ino), self.inode(newparent));
+        match self
+            .fs
+            .link(inode, parent, name_bytes(newname), &credentials(req))
+        {
+            Ok(attr) => self.reply_entry(reply, &attr),
+            Err(error) => reply.error(self.fail(Op::Link, &error)),
+        }
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _timer = self.requests.start(Op::Open);
+        let mode = open_mode(flags.0);
+        let who = credentials(req);
+        match self.fs.open(
+            self.inode(ino),
+            mode.write,
+            mode.truncate,
+            mode.direct,
+            &who,
+        ) {
+            Ok(file) => reply.opened(FileHandle(file.handle), fopen_flags(mode)),
+            Err(error) => reply.error(self.fail(Op::Open, &error)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let _timer = self.requests.start(Op::Read);
+        match self.fs.read(self.inode(ino), offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(error) => reply.error(self.fail(Op::Read, &error)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let _timer = self.requests.start(Op::Write);
+        match self.fs.write(self.inode(ino), offset, data) {
+            Ok(written) => reply.written(written),
+            Err(error) => reply.error(self.fail(Op::Write, &error)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Writes reach the filesystem before their replies (the kernel flushes its dirty
+        // pages before sending flush), so there is nothing left to push here.
+        let _timer = self.requests.start(Op::Flush);
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _timer = self.requests.start(Op::Release);
+        let file = OpenFile {
+            inode: self.inode(ino),
+            handle: fh.0,
+        };
+        match self.fs.release(file) {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(self.fail(Op::Release, &error)),
+        }
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, data: bool, reply: ReplyEmpty) {
+        let _timer = self.requests.start(Op::Fsync);
+        match self.fs.fsync(self.inode(ino), data) {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(self.fail(Op::Fsync, &error)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _timer = self.requests.start(Op::Opendir);
+        match self.fs.getattr(self.inode(ino)) {
+            Ok(attr) if attr.kind == FileKind::Directory => {
+                // Listings are stateless (cookies), and the kernel may cache them: it drops
+                // the cache itself when an entry changes through this mount.
+                let flags = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
+                reply.opened(FileHandle(0), flags);
+            }
+            Ok(_) => reply.error(self.refuse(Op::Opendir, errno(libc::ENOTDIR))),
+            Err(error) => reply.error(self.fail(Op::Opendir, &error)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let _timer = self.requests.start(Op::Readdir);
+        match self.fill_readdir(self.inode(ino), offset, &mut reply) {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(self.fail(Op::Readdir, &error)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let _timer = self.requests.start(Op::Readdirplus);
+        match self.fill_readdirplus(self.inode(ino), offset, &mut reply) {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(self.fail(Op::Readdirplus, &error)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        let _timer = self.requests.start(Op::Releasedir);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _timer = self.requests.start(Op::Fsyncdir);
+        match self.fs.fsync(self.inode(ino), datasync) {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(self.fail(Op::Fsyncdir, &error)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _timer = self.requests.start(Op::Statfs);
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks,
+                s.blocks_free,
+                s.blocks_available,
+                s.inodes,
+                s.inodes_free,
+                s.block_size,
+                s.name_max,
+                s.block_size,
+            ),
+            Err(error) => reply.error(self.fail(Op::Statfs, &error)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _timer = self.requests.start(Op::Getxattr);
+        let inode = self.inode(ino);
+        if let Some(value) = self.reserved_value(inode, name) {
+            reply_value(reply, size, &value);
+        } else if is_reserved(name) {
+            reply.error(self.refuse(Op::Getxattr, errno(libc::ENODATA)));
+        } else {
+            // No extended attributes are stored yet: every name is absent.
+            reply.error(errno(libc::ENODATA));
+        }
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let _timer = self.requests.start(Op::Access);
+        let mask = (mask.bits() & 7) as u32;
+        match self.fs.access(self.inode(ino), mask, &credentials(req)) {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(self.fail(Op::Access, &error)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let _timer = self.requests.start(Op::Create);
+        let Some(kind) = kind_of_mode(mode) else {
+            reply.error(self.refuse(Op::Create, errno(libc::EINVAL)));
+            return;
+        };
+        let (parent, who) = (self.inode(parent), credentials(req));
+        let attr = match self.fs.create(
+            parent,
+            name_bytes(name),
+            kind,
+            permission_bits(mode),
+            0,
+            &who,
+        ) {
+            Ok(attr) => attr,
+            Err(error) => return reply.error(self.fail(Op::Create, &error)),
+        };
+        // The creator may open what it made whatever the new mode says (open(2) with
+        // O_CREAT on a new file checks no permission), hence root credentials here.
+        let open = open_mode(flags);
+        match self.fs.open(
+            attr.inode,
+            open.write,
+            false,
+            open.direct,
+            &Credentials::root(),
+        ) {
+            Ok(file) => {
+                let generation = fuser::Generation(u64::from(attr.generation));
+                let fuse_attr = self.fuse_attr(&attr);
+                let ttl = self.settings.entry_timeout.min(self.settings.attr_timeout);
+                let handle = FileHandle(file.handle);
+                reply.created(&ttl, &fuse_attr, generation, handle, fopen_flags(open));
+            }
+            Err(error) => {
+                self.fs.forget(attr.inode, 1);
+                reply.error(self.fail(Op::Create, &error));
+            }
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let _timer = self.requests.start(Op::CopyFileRange);
+        let source = (self.inode(ino_in), offset_in);
+        let target = (self.inode(ino_out), offset_out);
+        match copy_range(&self.fs, source, target, len) {
+            Ok(copied) => reply.written(copied),
+            Err(error) => reply.error(self.fail(Op::CopyFileRange, &error)),
+        }
+    }
+}

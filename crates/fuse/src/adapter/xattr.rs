@@ -1,0 +1,53 @@
+//! Extended attributes, and the reserved one that carries the statistics.
+
+use std::ffi::OsStr;
+
+use fuser::{Errno, ReplyXattr};
+
+use super::CairnFs;
+use crate::stats::{STATS_XATTR, render};
+
+/// Answers a getxattr or listxattr with `value`: its size when `size` is 0, the value when
+/// it fits, ERANGE when it does not.
+pub(super) fn reply_value(reply: ReplyXattr, size: u32, value: &[u8]) {
+    let Ok(len) = u32::try_from(value.len()) else {
+        reply.error(Errno::from_i32(libc::E2BIG));
+        return;
+    };
+    if size == 0 {
+        reply.size(len);
+    } else if len > size {
+        reply.error(Errno::from_i32(libc::ERANGE));
+    } else {
+        reply.data(value);
+    }
+}
+
+/// Whether `name` is in the namespace this daemon reserves for itself.
+pub(super) fn is_reserved(name: &OsStr) -> bool {
+    name.as_encoded_bytes().starts_with(b"system.cairn.")
+}
+
+impl CairnFs {
+    /// The value of a reserved attribute of `inode`, or `None` if it has none.
+    pub(super) fn reserved_value(&self, inode: u64, name: &OsStr) -> Option<Vec<u8>> {
+        if inode != self.root || name != STATS_XATTR {
+            return None;
+        }
+        Some(render(&self.fs.stats(), &self.requests).into_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The reserved prefix covers the stats name and nothing in the user namespace.
+    #[test]
+    fn reserved_names() {
+        assert!(is_reserved(OsStr::new(STATS_XATTR)));
+        assert!(is_reserved(OsStr::new("system.cairn.other")));
+        assert!(!is_reserved(OsStr::new("user.cairn.stats")));
+        assert!(!is_reserved(OsStr::new("system.posix_acl_access")));
+    }
+}

@@ -1,0 +1,159 @@
+//! The `cairn` command line: `cairn [-f] [-o OPTIONS] DEVICE MOUNTPOINT` (the form
+//! `mount.fuse3` uses, so `mount -t fuse.cairn` and fstab work), `cairn stats MOUNTPOINT`
+//! and `cairn man DIR`.
+//!
+//! Exit status: 0 mounted (or the subcommand succeeded); 1 the mount or subcommand failed
+//! (the message says why); 2 the command line was wrong.
+
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::daemon::{self, MountRequest};
+use crate::options::{MountConfig, option_help_text};
+use crate::stats::STATS_XATTR;
+
+/// Mount a cairn filesystem through FUSE.
+///
+/// Returns once the mount is live and leaves the daemon serving it in the background
+/// (-f keeps it in the foreground). umount, fusermount3 -u, SIGTERM and SIGINT unmount
+/// cleanly. `cairn stats MOUNTPOINT` prints the daemon's counters.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cairn",
+    version,
+    about,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    after_long_help = option_help_text()
+)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Mount options, comma-separated (may be given more than once).
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
+    /// Stay in the foreground and log to stderr.
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+    /// Block device or image file holding a cairn filesystem.
+    #[arg(required = true)]
+    pub device: Option<PathBuf>,
+    /// Directory to mount it on.
+    #[arg(required = true)]
+    pub mountpoint: Option<PathBuf>,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print every subsystem's counters of a mounted cairn filesystem.
+    Stats {
+        /// Where the filesystem is mounted.
+        mountpoint: PathBuf,
+    },
+    /// Write the man pages of cairn, mkfs.cairn and fsck.cairn into a directory.
+    Man {
+        /// Output directory (created if missing).
+        #[arg(default_value = "docs/man")]
+        dir: PathBuf,
+    },
+}
+
+/// Runs cairn with `args` (including the program name) and returns its exit status.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let args = match Args::try_parse_from(args) {
+        Ok(args) => args,
+        Err(err) => {
+            let _ = err.print();
+            return ExitCode::from(if err.use_stderr() { 2 } else { 0 });
+        }
+    };
+    let result = match &args.command {
+        Some(Command::Stats { mountpoint }) => print_stats(mountpoint),
+        Some(Command::Man { dir }) => crate::man::write_all(dir)
+            .map(|written| println!("wrote {}", written.join(", ")))
+            .map_err(|e| format!("{}: {e}", dir.display())),
+        None => return mount(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("cairn: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn mount(args: &Args) -> ExitCode {
+    let (Some(device), Some(mountpoint)) = (&args.device, &args.mountpoint) else {
+        eprintln!("cairn: DEVICE and MOUNTPOINT are required");
+        return ExitCode::from(2);
+    };
+    let config = match MountConfig::parse(args.options.iter().map(String::as_str)) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("cairn: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let request = MountRequest {
+        device: device.clone(),
+        mountpoint: mountpoint.clone(),
+        config,
+        foreground: args.foreground,
+    };
+    match daemon::run(&request) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("cairn: {error}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Prints the statistics text of the cairn mount at `mountpoint`.
+fn print_stats(mountpoint: &Path) -> Result<(), String> {
+    let text = read_stats(mountpoint).map_err(|error| {
+        let cairn = error.raw_os_error() != Some(libc::ENODATA)
+            && error.raw_os_error() != Some(libc::EOPNOTSUPP);
+        match cairn {
+            true => format!("{}: {error}", mountpoint.display()),
+            false => format!("{} is not the root of a cairn mount", mountpoint.display()),
+        }
+    })?;
+    print!("{text}");
+    Ok(())
+}
+
+/// Reads the reserved statistics attribute of `mountpoint`.
+pub fn read_stats(mountpoint: &Path) -> std::io::Result<String> {
+    let path = CString::new(mountpoint.as_os_str().as_bytes())?;
+    let name = CString::new(STATS_XATTR)?;
+    // The text grows between the size query and the read; retry with a larger buffer.
+    let mut capacity = 16 << 10;
+    loop {
+        let mut buf = vec![0u8; capacity];
+        // SAFETY: path and name are NUL-terminated; buf has `capacity` writable bytes.
+        let len = unsafe {
+            libc::getxattr(
+                path.as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                capacity,
+            )
+        };
+        if len >= 0 {
+            buf.truncate(len as usize);
+            return Ok(String::from_utf8_lossy(&buf).into_owned());
+        }
+        let error = std::io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::ERANGE) || capacity >= 1 << 20 {
+            return Err(error);
+        }
+        capacity *= 4;
+    }
+}

@@ -1,0 +1,90 @@
+//! Man pages for every cairn binary, generated from their clap definitions, so they never
+//! drift from `--help`. `cairn man DIR` writes them (the tree keeps them in `docs/man`).
+
+use std::io;
+use std::path::Path;
+
+use clap::CommandFactory;
+use clap_mangen::Man;
+use clap_mangen::roff::{Roff, bold, roman};
+
+use crate::options::OPTION_HELP;
+
+/// One page: file name and the rendered roff text.
+fn render(command: clap::Command, extra: Option<Roff>) -> io::Result<Vec<u8>> {
+    let man = Man::new(command).section("8").manual("cairn");
+    let mut out = Vec::new();
+    man.render_title(&mut out)?;
+    man.render_name_section(&mut out)?;
+    man.render_synopsis_section(&mut out)?;
+    man.render_description_section(&mut out)?;
+    man.render_options_section(&mut out)?;
+    man.render_subcommands_section(&mut out)?;
+    if let Some(extra) = extra {
+        extra.to_writer(&mut out)?;
+    }
+    man.render_version_section(&mut out)?;
+    Ok(out)
+}
+
+/// The MOUNT OPTIONS section of cairn(8).
+fn mount_options_section() -> Roff {
+    let mut roff = Roff::new();
+    roff.control("SH", ["MOUNT OPTIONS"]);
+    for (name, meaning) in OPTION_HELP {
+        roff.control("TP", []);
+        roff.text([bold(*name)]);
+        roff.text([roman(*meaning)]);
+    }
+    roff.control("SH", ["STATISTICS"]);
+    roff.text([roman(
+        "cairn stats MOUNTPOINT prints the counters of every subsystem and of FUSE \
+         requests by type. They are read as the extended attribute system.cairn.stats of \
+         the mount's root, so any user who can see the mount can read them.",
+    )]);
+    roff
+}
+
+/// The pages: (file name, text).
+pub fn pages() -> io::Result<Vec<(&'static str, Vec<u8>)>> {
+    let cairn = render(crate::cli::Args::command(), Some(mount_options_section()))?;
+    let mkfs = render(cairn_mkfs::cli::Args::command(), None)?;
+    let fsck = render(cairn_fsck::cli::Args::command(), None)?;
+    Ok(vec![
+        ("cairn.8", cairn),
+        ("mkfs.cairn.8", mkfs),
+        ("fsck.cairn.8", fsck),
+    ])
+}
+
+/// Writes every page into `dir`; returns the file names written.
+pub fn write_all(dir: &Path) -> io::Result<Vec<&'static str>> {
+    std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
+    for (name, text) in pages()? {
+        std::fs::write(dir.join(name), text)?;
+        written.push(name);
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Each page names its program and its options; cairn's lists the mount options.
+    #[test]
+    fn pages_describe_each_binary() {
+        let pages = pages().unwrap();
+        let text = |name: &str| {
+            let page = pages.iter().find(|(n, _)| *n == name).unwrap();
+            String::from_utf8(page.1.clone()).unwrap()
+        };
+        let cairn = text("cairn.8");
+        assert!(cairn.contains("MOUNT OPTIONS"));
+        assert!(cairn.contains("logmode"));
+        assert!(cairn.contains("stats"));
+        assert!(text("mkfs.cairn.8").contains("block\\-size"));
+        assert!(text("fsck.cairn.8").contains("no\\-modify"));
+    }
+}

@@ -1,0 +1,343 @@
+//! `-o` mount options: the filesystem's own, the FUSE ones, and the generic ones that
+//! `mount(8)` and `mount.fuse3` pass along.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cairn_fs::{AtimeMode, LogMode, MountOptions};
+use cairn_mkfs::size::parse_size;
+
+/// Default worker threads: one per core, at most this many.
+pub const THREADS_DEFAULT_MAX: usize = 8;
+/// Largest worker thread count accepted.
+pub const THREADS_MAX: usize = 64;
+/// Default largest write the kernel sends (it caps this at its own page limit, 1 MiB
+/// on current kernels by default).
+pub const MAX_WRITE_DEFAULT_BYTES: u32 = 1 << 20;
+/// Largest `max_write` accepted (fuser's request buffer limit).
+pub const MAX_WRITE_MAX_BYTES: u32 = 16 << 20;
+/// Default attribute and entry timeout. The daemon is the only writer of the device, and
+/// the kernel invalidates what its own requests change, so a long timeout is safe.
+pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+
+/// A `-o` option that cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OptionError {
+    #[error("unknown mount option '{0}'")]
+    Unknown(String),
+    #[error("mount option '{name}': {message}")]
+    BadValue { name: String, message: String },
+    #[error("mount option '{0}' needs a value (name=value)")]
+    MissingValue(String),
+}
+
+/// Settings of the FUSE session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FuseSettings {
+    pub allow_other: bool,
+    pub allow_root: bool,
+    pub worker_threads: usize,
+    pub clone_fd: bool,
+    pub writeback_cache: bool,
+    pub max_write_bytes: u32,
+    pub attr_timeout: Duration,
+    pub entry_timeout: Duration,
+    /// Kernel mount flags passed through: nodev, nosuid, noexec, sync, dirsync, ...
+    pub kernel_flags: Vec<fuser::MountOption>,
+    pub fsname: Option<String>,
+}
+
+/// Everything a mount needs, parsed from `-o` and the command line.
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    pub fs: MountOptions,
+    pub fuse: FuseSettings,
+    /// Background log destination; `None` = syslog.
+    pub log_file: Option<PathBuf>,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self {
+            fs: MountOptions::default(),
+            fuse: FuseSettings {
+                allow_other: false,
+                allow_root: false,
+                worker_threads: cores.clamp(1, THREADS_DEFAULT_MAX),
+                clone_fd: true,
+                writeback_cache: true,
+                max_write_bytes: MAX_WRITE_DEFAULT_BYTES,
+                attr_timeout: TIMEOUT_DEFAULT,
+                entry_timeout: TIMEOUT_DEFAULT,
+                kernel_flags: Vec::new(),
+                fsname: None,
+            },
+            log_file: None,
+        }
+    }
+}
+
+/// Options mount(8), fstab and mount.fuse3 may pass that mean nothing to the daemon.
+const IGNORED: [&str; 12] = [
+    "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "nofail", "_netdev", "async",
+    "loop", "lazytime",
+];
+
+impl MountConfig {
+    /// Parses comma-separated option lists (several `-o` arguments add up).
+    pub fn parse<'a>(lists: impl IntoIterator<Item = &'a str>) -> Result<Self, OptionError> {
+        let mut config = Self::default();
+        for list in lists {
+            for option in list.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+                config.apply(option)?;
+            }
+        }
+        Ok(config)
+    }
+
+    fn apply(&mut self, option: &str) -> Result<(), OptionError> {
+        let (name, value) = match option.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (option, None),
+        };
+        if self.apply_flag(name, value.is_some())? {
+            return Ok(());
+        }
+        let Some(value) = value else {
+            return Err(OptionError::MissingValue(name.to_string()));
+        };
+        self.apply_value(name, value)
+    }
+
+    /// A valueless option; returns whether `name` was one.
+    fn apply_flag(&mut self, name: &str, has_value: bool) -> Result<bool, OptionError> {
+        if has_value {
+            return Ok(false);
+        }
+        let fuse = &mut self.fuse;
+        match name {
+            "ro" => self.fs.read_only = true,
+            "rw" => self.fs.read_only = false,
+            "noatime" | "nodiratime" => self.fs.atime = AtimeMode::Noatime,
+            "relatime" => self.fs.atime = AtimeMode::Relatime,
+            "strictatime" | "atime" => self.fs.atime = AtimeMode::Strict,
+            "recover" => self.fs.recover_read_only = true,
+            "buffered" => self.fs.buffered = true,
+            "allow_other" => fuse.allow_other = true,
+            "allow_root" => fuse.allow_root = true,
+            // Always on: the kernel checks permissions from the attributes this daemon
+            // returns (the filesystem checks again where it changes something).
+            "default_permissions" => {}
+            "writeback_cache" => fuse.writeback_cache = true,
+            "no_writeback_cache" => fuse.writeback_cache = false,
+            "clone_fd" => fuse.clone_fd = true,
+            "noclone_fd" => fuse.clone_fd = false,
+            "nodev" => fuse.kernel_flags.push(fuser::MountOption::NoDev),
+            "dev" => fuse.kernel_flags.push(fuser::MountOption::Dev),
+            "nosuid" => fuse.kernel_flags.push(fuser::MountOption::NoSuid),
+            "suid" => fuse.kernel_flags.push(fuser::MountOption::Suid),
+            "noexec" => fuse.kernel_flags.push(fuser::MountOption::NoExec),
+            "exec" => fuse.kernel_flags.push(fuser::MountOption::Exec),
+            "sync" => fuse.kernel_flags.push(fuser::MountOption::Sync),
+            "dirsync" => fuse.kernel_flags.push(fuser::MountOption::DirSync),
+            _ if IGNORED.contains(&name) || name.starts_with("x-") => {}
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn apply_value(&mut self, name: &str, value: &str) -> Result<(), OptionError> {
+        let bad = |message: String| OptionError::BadValue {
+            name: name.to_string(),
+            message,
+        };
+        match name {
+            "logmode" => self.fs.log_mode = parse_log_mode(value).map_err(bad)?,
+            "cache_size" => self.fs.cache_bytes = Some(parse_size(value).map_err(bad)?),
+            "allocsize" => self.fs.alloc_size = Some(parse_alloc_size(value).map_err(bad)?),
+            "threads" => self.fuse.worker_threads = parse_threads(value).map_err(bad)?,
+            "max_write" => self.fuse.max_write_bytes = parse_max_write(value).map_err(bad)?,
+            "attr_timeout" => self.fuse.attr_timeout = parse_seconds(value).map_err(bad)?,
+            "entry_timeout" => self.fuse.entry_timeout = parse_seconds(value).map_err(bad)?,
+            "logfile" => self.log_file = Some(PathBuf::from(value)),
+            "fsname" => self.fuse.fsname = Some(value.to_string()),
+            // mount(8) passes these through; they mean nothing here.
+            "comment" | "subtype" | "context" | "fscontext" | "rootcontext" => {}
+            _ if name.starts_with("x-") => {}
+            _ => return Err(OptionError::Unknown(format!("{name}={value}"))),
+        }
+        Ok(())
+    }
+}
+
+fn parse_log_mode(value: &str) -> Result<LogMode, String> {
+    match value {
+        "delayed" => Ok(LogMode::Delayed),
+        "sync" => Ok(LogMode::Sync),
+        _ => Err(format!("'{value}' is not a log mode (delayed or sync)")),
+    }
+}
+
+fn parse_alloc_size(value: &str) -> Result<u64, String> {
+    let bytes = parse_size(value)?;
+    if bytes == 0 || !bytes.is_power_of_two() {
+        return Err(format!("'{value}' is not a power of two"));
+    }
+    Ok(bytes)
+}
+
+fn parse_threads(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(count) if (1..=THREADS_MAX).contains(&count) => Ok(count),
+        _ => Err(format!(
+            "'{value}' is not a thread count (1 to {THREADS_MAX})"
+        )),
+    }
+}
+
+fn parse_max_write(value: &str) -> Result<u32, String> {
+    let bytes = parse_size(value)?;
+    match u32::try_from(bytes) {
+        Ok(bytes) if (4096..=MAX_WRITE_MAX_BYTES).contains(&bytes) => Ok(bytes),
+        _ => Err(format!("'{value}' is not between 4K and 16M")),
+    }
+}
+
+fn parse_seconds(value: &str) -> Result<Duration, String> {
+    match value.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && (0.0..=86_400.0).contains(&seconds) => {
+            Ok(Duration::from_secs_f64(seconds))
+        }
+        _ => Err(format!("'{value}' is not a number of seconds (0 to 86400)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Filesystem, FUSE and generic options land in the right fields; several lists add up.
+    #[test]
+    fn options_parse_into_their_fields() {
+        let config = MountConfig::parse([
+            "ro,logmode=sync,cache_size=64M,allocsize=1M,noatime",
+            "allow_other,threads=2,max_write=512K,attr_timeout=0.5,nodev,defaults,x-systemd.foo",
+        ])
+        .unwrap();
+        assert!(config.fs.read_only);
+        assert_eq!(config.fs.log_mode, LogMode::Sync);
+        assert_eq!(config.fs.cache_bytes, Some(64 << 20));
+        assert_eq!(config.fs.alloc_size, Some(1 << 20));
+        assert_eq!(config.fs.atime, AtimeMode::Noatime);
+        assert!(config.fuse.allow_other);
+        assert_eq!(config.fuse.worker_threads, 2);
+        assert_eq!(config.fuse.max_write_bytes, 512 << 10);
+        assert_eq!(config.fuse.attr_timeout, Duration::from_millis(500));
+        assert_eq!(config.fuse.kernel_flags, vec![fuser::MountOption::NoDev]);
+    }
+
+    // Unknown names, bad values and missing values are refused with the option named.
+    #[test]
+    fn bad_options_are_refused() {
+        let unknown = MountConfig::parse(["frobnicate"]).unwrap_err();
+        assert_eq!(unknown, OptionError::Unknown("frobnicate".into()));
+        assert!(matches!(
+            MountConfig::parse(["logmode=fast"]),
+            Err(OptionError::BadValue { .. })
+        ));
+        assert!(matches!(
+            MountConfig::parse(["allocsize=3000"]),
+            Err(OptionError::BadValue { .. })
+        ));
+        assert!(matches!(
+            MountConfig::parse(["threads=0"]),
+            Err(OptionError::BadValue { .. })
+        ));
+        assert_eq!(
+            MountConfig::parse(["cache_size"]).unwrap_err(),
+            OptionError::MissingValue("cache_size".into())
+        );
+        assert!(MountConfig::parse(["ro=1"]).is_err());
+    }
+
+    // Defaults: read-write, delayed logging, writeback cache, 1 MiB writes, 1..=8 threads.
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let config = MountConfig::parse([""]).unwrap();
+        assert!(!config.fs.read_only);
+        assert_eq!(config.fs.log_mode, LogMode::Delayed);
+        assert!(config.fuse.writeback_cache);
+        assert!(config.fuse.clone_fd);
+        assert_eq!(config.fuse.max_write_bytes, MAX_WRITE_DEFAULT_BYTES);
+        assert!((1..=THREADS_DEFAULT_MAX).contains(&config.fuse.worker_threads));
+    }
+}
+
+/// Every `-o` option with its meaning, for `--help` and the man page.
+pub const OPTION_HELP: &[(&str, &str)] = &[
+    ("ro / rw", "mount read-only / read-write (default rw)"),
+    (
+        "logmode=delayed|sync",
+        "delayed logging (default) or a checkpoint per commit",
+    ),
+    (
+        "cache_size=SIZE",
+        "memory limit of the metadata buffer cache",
+    ),
+    (
+        "allocsize=SIZE",
+        "fixed preallocation beyond EOF (a power of two; default dynamic)",
+    ),
+    (
+        "relatime / noatime / strictatime",
+        "access time updates (default relatime)",
+    ),
+    ("recover", "allow log recovery on a read-only mount"),
+    (
+        "buffered",
+        "open the device through the page cache instead of O_DIRECT",
+    ),
+    (
+        "allow_other / allow_root",
+        "let other users (or root) use the mount",
+    ),
+    (
+        "default_permissions",
+        "kernel permission checks (always in effect)",
+    ),
+    (
+        "threads=N",
+        "FUSE worker threads (default: cores, at most 8)",
+    ),
+    ("noclone_fd", "share one /dev/fuse descriptor among workers"),
+    ("no_writeback_cache", "disable the kernel writeback cache"),
+    ("max_write=SIZE", "largest write request (default 1M)"),
+    (
+        "attr_timeout=SECS / entry_timeout=SECS",
+        "kernel caching of attributes, names (10)",
+    ),
+    ("logfile=PATH", "background log to PATH instead of syslog"),
+    (
+        "fsname=NAME",
+        "source name shown in /proc/mounts (default: the device path)",
+    ),
+    (
+        "nodev, nosuid, noexec, sync, dirsync, ...",
+        "passed to the kernel",
+    ),
+    (
+        "defaults, auto, noauto, user, nofail, _netdev, x-*",
+        "fstab options, ignored",
+    ),
+];
+
+/// The option table as plain text, one option a line.
+pub fn option_help_text() -> String {
+    let mut out = String::from("Mount options (-o, comma-separated):\n");
+    for (name, meaning) in OPTION_HELP {
+        out.push_str(&format!("  {name}\n      {meaning}\n"));
+    }
+    out
+}

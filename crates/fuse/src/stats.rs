@@ -1,0 +1,218 @@
+//! Counters of FUSE requests by type (count, errors, latency) and the text `cairn stats`
+//! prints: these plus every subsystem's counters from `Filesystem::stats`.
+//!
+//! `cairn stats MOUNTPOINT` reads the text as the value of the extended attribute
+//! [`STATS_XATTR`] on the mount's root directory. The kernel forwards `system.*` names to
+//! the daemon without a permission check of its own, so any user who can see the mount
+//! can read it; no socket or extra file is involved.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use cairn_fs::FsStats;
+
+/// The reserved extended attribute whose value is the statistics text.
+pub const STATS_XATTR: &str = "system.cairn.stats";
+
+macro_rules! ops {
+    ($($variant:ident => $name:literal),* $(,)?) => {
+        /// A FUSE request type.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Op { $($variant),* }
+
+        /// Names of the request types, in `Op` order.
+        pub const OP_NAMES: &[&str] = &[$($name),*];
+    };
+}
+
+ops! {
+    Lookup => "lookup", Forget => "forget", Getattr => "getattr", Setattr => "setattr",
+    Readlink => "readlink", Mknod => "mknod", Mkdir => "mkdir", Unlink => "unlink",
+    Rmdir => "rmdir", Symlink => "symlink", Rename => "rename", Link => "link",
+    Open => "open", Read => "read", Write => "write", Flush => "flush",
+    Release => "release", Fsync => "fsync", Opendir => "opendir", Readdir => "readdir",
+    Readdirplus => "readdirplus", Releasedir => "releasedir", Fsyncdir => "fsyncdir",
+    Statfs => "statfs", Setxattr => "setxattr", Getxattr => "getxattr",
+    Listxattr => "listxattr", Removexattr => "removexattr", Access => "access",
+    Create => "create", Fallocate => "fallocate", Lseek => "lseek",
+    CopyFileRange => "copy_file_range",
+}
+
+/// Number of request types.
+pub const OP_COUNT: usize = OP_NAMES.len();
+
+/// One request type's counters, on a cache line of its own so threads serving different
+/// request types do not contend.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct OpSlot {
+    count: AtomicU64,
+    errors: AtomicU64,
+    total_ns: AtomicU64,
+    max_ns: AtomicU64,
+}
+
+/// Counters for every request type.
+#[derive(Debug)]
+pub struct RequestStats {
+    slots: [OpSlot; OP_COUNT],
+    started: Instant,
+}
+
+impl Default for RequestStats {
+    fn default() -> Self {
+        Self {
+            slots: std::array::from_fn(|_| OpSlot::default()),
+            started: Instant::now(),
+        }
+    }
+}
+
+/// A snapshot of one request type's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpSnapshot {
+    pub name: &'static str,
+    pub count: u64,
+    pub errors: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+}
+
+/// Measures one request from creation to drop.
+#[derive(Debug)]
+pub struct Timer<'a> {
+    slot: &'a OpSlot,
+    start: Instant,
+}
+
+impl Drop for Timer<'_> {
+    fn drop(&mut self) {
+        let elapsed_ns = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.slot.count.fetch_add(1, Ordering::Relaxed);
+        self.slot.total_ns.fetch_add(elapsed_ns, Ordering::Relaxed);
+        self.slot.max_ns.fetch_max(elapsed_ns, Ordering::Relaxed);
+    }
+}
+
+impl RequestStats {
+    /// Starts timing a request of type `op`.
+    pub fn start(&self, op: Op) -> Timer<'_> {
+        Timer {
+            slot: &self.slots[op as usize],
+            start: Instant::now(),
+        }
+    }
+
+    /// Counts a failed request of type `op`.
+    pub fn error(&self, op: Op) {
+        self.slots[op as usize]
+            .errors
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters of every request type.
+    pub fn snapshot(&self) -> Vec<OpSnapshot> {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        OP_NAMES
+            .iter()
+            .zip(&self.slots)
+            .map(|(name, slot)| OpSnapshot {
+                name,
+                count: load(&slot.count),
+                errors: load(&slot.errors),
+                total_ns: load(&slot.total_ns),
+                max_ns: load(&slot.max_ns),
+            })
+            .collect()
+    }
+
+    /// Seconds since the mount.
+    pub fn uptime_secs(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+}
+
+/// The text `cairn stats` prints.
+pub fn render(fs: &FsStats, requests: &RequestStats) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "uptime_secs: {:.1}", requests.uptime_secs());
+    section(&mut out, "fs", &format!("{:#?}", fs.fs));
+    section(&mut out, "bufcache", &format!("{:#?}", fs.bufcache));
+    section(&mut out, "journal", &format!("{:#?}", fs.journal));
+    section(&mut out, "alloc", &format!("{:#?}", fs.alloc));
+    let _ = writeln!(out, "[fuse requests]");
+    let _ = writeln!(
+        out,
+        "  {:<16} {:>12} {:>8} {:>12} {:>12}",
+        "request", "count", "errors", "avg_us", "max_us"
+    );
+    for op in requests.snapshot().iter().filter(|op| op.count > 0) {
+        let avg_us = op.total_ns as f64 / op.count as f64 / 1000.0;
+        let _ = writeln!(
+            out,
+            "  {:<16} {:>12} {:>8} {:>12.1} {:>12.1}",
+            op.name,
+            op.count,
+            op.errors,
+            avg_us,
+            op.max_ns as f64 / 1000.0
+        );
+    }
+    out
+}
+
+/// Writes a `{:#?}` dump as an indented `[name]` section, one field a line, dropping the
+/// struct names and braces.
+fn section(out: &mut String, name: &str, debug: &str) {
+    let _ = writeln!(out, "[{name}]");
+    for line in debug.lines().skip(1) {
+        let trimmed = line.trim_end_matches(',');
+        if trimmed.trim() == "}" || trimmed.trim() == "]" || trimmed.trim().is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "  {}", trimmed.trim_start_matches("    "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Timers count requests and latencies per type; errors are counted apart.
+    #[test]
+    fn timers_count_per_request_type() {
+        let stats = RequestStats::default();
+        for _ in 0..3 {
+            let _timer = stats.start(Op::Lookup);
+        }
+        drop(stats.start(Op::Write));
+        stats.error(Op::Write);
+        let snapshot = stats.snapshot();
+        let lookup = snapshot.iter().find(|op| op.name == "lookup").unwrap();
+        let write = snapshot.iter().find(|op| op.name == "write").unwrap();
+        assert_eq!(lookup.count, 3);
+        assert_eq!(write.count, 1);
+        assert_eq!(write.errors, 1);
+        assert!(lookup.max_ns <= lookup.total_ns);
+        assert_eq!(OP_NAMES.len(), Op::CopyFileRange as usize + 1);
+    }
+
+    // A debug dump becomes one indented field a line under its section header.
+    #[test]
+    fn sections_list_fields() {
+        #[derive(Debug)]
+        #[allow(dead_code)]
+        struct Sample {
+            hits: u64,
+            misses: u64,
+        }
+        let mut out = String::new();
+        section(
+            &mut out,
+            "cache",
+            &format!("{:#?}", Sample { hits: 5, misses: 2 }),
+        );
+        assert_eq!(out, "[cache]\n  hits: 5\n  misses: 2\n");
+    }
+}

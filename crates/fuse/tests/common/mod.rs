@@ -1,0 +1,231 @@
+//! Shared helpers for the mount tests: formatted images, mounts that always clean up,
+//! finding the daemon, fsck, and running commands.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+
+/// How long a daemon may take to write everything back and exit after an unmount.
+const EXIT_WAIT: Duration = Duration::from_secs(120);
+
+/// The built `cairn` binary.
+pub fn cairn_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cairn"))
+}
+
+/// Runs `program args` and returns its output (a missing program panics with its name).
+pub fn run(program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {program}: {e}"))
+}
+
+/// Runs a shell command line; panics with its output unless it succeeds.
+pub fn sh(script: &str) -> String {
+    let output = Command::new("sh").args(["-ec", script]).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "`{script}` failed:\n{text}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Whether `program` is installed.
+pub fn have(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A temporary directory holding an image and a mount point.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    /// A scratch directory under the target directory's filesystem (which takes O_DIRECT).
+    pub fn new() -> Scratch {
+        let dir = tempfile::Builder::new()
+            .prefix("cairn-fuse-test")
+            .tempdir_in(std::env::temp_dir())
+            .unwrap();
+        std::fs::create_dir(dir.path().join("mnt")).unwrap();
+        Scratch { dir }
+    }
+
+    pub fn image(&self) -> PathBuf {
+        self.dir.path().join("cairn.img")
+    }
+
+    pub fn mountpoint(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+
+    /// Formats a sparse image of `size` (e.g. "512M").
+    pub fn format(&self, size: &str) -> PathBuf {
+        let image = self.image();
+        mkfs(&image, &["-s", size]);
+        image
+    }
+}
+
+/// Runs mkfs.cairn in-process on `device` with extra `args`.
+pub fn mkfs(device: &Path, args: &[&str]) {
+    let mut argv = vec!["mkfs.cairn", "-q"];
+    argv.extend_from_slice(args);
+    let device = device.to_str().unwrap();
+    argv.push(device);
+    let parsed = cairn_mkfs::cli::Args::try_parse_from(&argv).unwrap();
+    cairn_mkfs::cli::run(&parsed).unwrap_or_else(|e| panic!("mkfs {device}: {e}"));
+}
+
+/// Runs fsck.cairn in-process; returns its exit code (0 = clean).
+pub fn fsck(device: &Path) -> u8 {
+    let device = device.to_str().unwrap();
+    let parsed = cairn_fsck::cli::Args::try_parse_from(["fsck.cairn", device]).unwrap();
+    cairn_fsck::cli::run(&parsed)
+}
+
+/// Pids of processes whose command line mentions `needle`.
+pub fn pids_mentioning(needle: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    let me = std::process::id();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if pid != me && text.contains("cairn") && text.contains(needle) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Whether `path` is a mount point now.
+pub fn is_mounted(path: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let path = path.to_str().unwrap();
+    mounts
+        .lines()
+        .any(|line| line.split(' ').nth(1) == Some(path))
+}
+
+/// Waits for `pid` to exit; returns whether it did in time.
+pub fn wait_exit(pid: u32, limit: Duration) -> bool {
+    let start = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        // A zombie has exited; its stat says state Z.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z')) {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
+/// A live cairn mount. Dropping it detaches the mount and kills the daemon, so a failing
+/// test leaves nothing mounted; `unmount` is the clean path.
+pub struct Mount {
+    pub mountpoint: PathBuf,
+    pub device: PathBuf,
+    pub pid: u32,
+}
+
+impl Mount {
+    /// Mounts `device` on `mountpoint` with `cairn -o options` (background mode).
+    pub fn new(device: &Path, mountpoint: &Path, options: &str) -> Mount {
+        let output = Self::try_mount(device, mountpoint, options);
+        assert!(
+            output.status.success(),
+            "cairn failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Self::adopt(device, mountpoint)
+    }
+
+    /// Runs the mount command and returns its output, mounted or not.
+    pub fn try_mount(device: &Path, mountpoint: &Path, options: &str) -> Output {
+        let mut command = Command::new(cairn_bin());
+        if !options.is_empty() {
+            command.args(["-o", options]);
+        }
+        command.arg(device).arg(mountpoint).output().unwrap()
+    }
+
+    /// Takes charge of a mount made some other way (mount -t fuse.cairn, fstab).
+    pub fn adopt(device: &Path, mountpoint: &Path) -> Mount {
+        assert!(
+            is_mounted(mountpoint),
+            "{} is not mounted",
+            mountpoint.display()
+        );
+        let pids = pids_mentioning(mountpoint.to_str().unwrap());
+        assert_eq!(pids.len(), 1, "expected one daemon, found {pids:?}");
+        Mount {
+            mountpoint: mountpoint.to_owned(),
+            device: device.to_owned(),
+            pid: pids[0],
+        }
+    }
+
+    /// Unmounts and waits until the daemon has written everything back and exited.
+    pub fn unmount(self) {
+        let output = run("umount", &[self.mountpoint.to_str().unwrap()]);
+        assert!(output.status.success(), "umount: {output:?}");
+        assert!(
+            wait_exit(self.pid, EXIT_WAIT),
+            "daemon {} did not exit",
+            self.pid
+        );
+        std::mem::forget(self);
+    }
+
+    /// Sends `signal` to the daemon.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(self.pid as i32, signal) };
+    }
+
+    /// The path of `name` inside the mount.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.mountpoint.join(name)
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let mountpoint = self.mountpoint.to_str().unwrap();
+        let _ = run("fusermount3", &["-u", "-z", mountpoint]);
+        if is_mounted(&self.mountpoint) {
+            let _ = run("umount", &["-l", mountpoint]);
+        }
+        if !wait_exit(self.pid, Duration::from_secs(20)) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+            wait_exit(self.pid, Duration::from_secs(10));
+        }
+    }
+}
+
+/// sha256sum of every file under `dir`, as `sha256sum` prints it, sorted by path.
+pub fn checksums(dir: &Path) -> String {
+    sh(&format!(
+        "cd '{}' && find . -type f -print0 | sort -z | xargs -0 -r sha256sum",
+        dir.display()
+    ))
+}

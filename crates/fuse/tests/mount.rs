@@ -1,0 +1,154 @@
+//! Mount tests through the real kernel FUSE: basic operations, clean unmount, fsck,
+//! remount, stats, refusals.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+
+use common::{Mount, Scratch, fsck, run};
+
+// Files, directories, links and attributes made through the mount survive unmount, fsck
+// and remount.
+#[test]
+fn basic_operations_survive_remount() {
+    let scratch = Scratch::new();
+    let image = scratch.format("256M");
+    let mnt = scratch.mountpoint();
+    let mount = Mount::new(&image, &mnt, "");
+    fs::create_dir_all(mount.path("a/b/c")).unwrap();
+    fs::write(mount.path("a/hello.txt"), b"hello, cairn\n").unwrap();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    fs::write(mount.path("a/b/big.bin"), &big).unwrap();
+    symlink("hello.txt", mount.path("a/link")).unwrap();
+    fs::hard_link(mount.path("a/hello.txt"), mount.path("a/b/hard")).unwrap();
+    fs::set_permissions(mount.path("a/hello.txt"), fs::Permissions::from_mode(0o600)).unwrap();
+    for i in 0..200 {
+        fs::write(mount.path(&format!("a/b/c/f{i}")), format!("file {i}")).unwrap();
+    }
+    for i in 0..100 {
+        fs::remove_file(mount.path(&format!("a/b/c/f{i}"))).unwrap();
+    }
+    fs::create_dir(mount.path("gone")).unwrap();
+    fs::remove_dir(mount.path("gone")).unwrap();
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(mount.path("a/b/big.bin"))
+        .unwrap();
+    file.seek(SeekFrom::Start(1_000_000)).unwrap();
+    file.write_all(b"PATCH").unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+    check_contents(&mount, &big);
+    assert_eq!(fs::read_dir(mount.path("a/b/c")).unwrap().count(), 100);
+    mount.unmount();
+    assert_eq!(fsck(&image), 0, "fsck after a clean unmount");
+    let mount = Mount::new(&image, &mnt, "");
+    check_contents(&mount, &big);
+    mount.unmount();
+    assert_eq!(fsck(&image), 0);
+}
+
+fn check_contents(mount: &Mount, big: &[u8]) {
+    assert_eq!(
+        fs::read(mount.path("a/hello.txt")).unwrap(),
+        b"hello, cairn\n"
+    );
+    assert_eq!(fs::read(mount.path("a/link")).unwrap(), b"hello, cairn\n");
+    assert_eq!(
+        fs::read_link(mount.path("a/link")).unwrap().to_str(),
+        Some("hello.txt")
+    );
+    let meta = fs::metadata(mount.path("a/hello.txt")).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o600);
+    assert_eq!(meta.nlink(), 2);
+    let mut expected = big.to_vec();
+    expected[1_000_000..1_000_005].copy_from_slice(b"PATCH");
+    let mut read_back = Vec::new();
+    fs::File::open(mount.path("a/b/big.bin"))
+        .unwrap()
+        .read_to_end(&mut read_back)
+        .unwrap();
+    assert!(read_back == expected, "big.bin differs");
+    assert_eq!(fs::read(mount.path("a/b/c/f150")).unwrap(), b"file 150");
+    assert!(!mount.path("a/b/c/f50").exists());
+    assert!(!mount.path("gone").exists());
+}
+
+// `cairn stats` prints every subsystem's counters and per-request latencies.
+#[test]
+fn stats_are_readable_through_the_mount() {
+    let scratch = Scratch::new();
+    let image = scratch.format("128M");
+    let mount = Mount::new(&image, &scratch.mountpoint(), "");
+    fs::write(mount.path("x"), b"data").unwrap();
+    let output = run(
+        common::cairn_bin().to_str().unwrap(),
+        &["stats", mount.mountpoint.to_str().unwrap()],
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    for section in [
+        "[fs]",
+        "[bufcache]",
+        "[journal]",
+        "[alloc]",
+        "[fuse requests]",
+    ] {
+        assert!(text.contains(section), "no {section} in:\n{text}");
+    }
+    assert!(
+        text.contains("create"),
+        "no create requests counted:\n{text}"
+    );
+    mount.unmount();
+}
+
+// A second mount of a mounted image is refused naming the holder; an image that is not
+// cairn is refused as such; neither leaves anything mounted.
+#[test]
+fn busy_and_foreign_images_are_refused() {
+    let scratch = Scratch::new();
+    let image = scratch.format("128M");
+    let mount = Mount::new(&image, &scratch.mountpoint(), "");
+    let other = scratch.dir.path().join("other");
+    fs::create_dir(&other).unwrap();
+    let output = Mount::try_mount(&image, &other, "");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr.contains("in use"), "{stderr}");
+    assert!(
+        stderr.contains(&mount.pid.to_string()),
+        "holder pid not named: {stderr}"
+    );
+    assert!(!common::is_mounted(&other));
+    mount.unmount();
+    let foreign = scratch.dir.path().join("zeros.img");
+    fs::File::create(&foreign)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let output = Mount::try_mount(&foreign, &other, "");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr.contains("not a cairn filesystem"), "{stderr}");
+    assert!(!common::is_mounted(&other));
+}
+
+// --help and --version work, and a bad option is a usage error (exit 2).
+#[test]
+fn help_version_and_usage_errors() {
+    let bin = common::cairn_bin();
+    let bin = bin.to_str().unwrap();
+    let help = run(bin, &["--help"]);
+    assert!(help.status.success());
+    assert!(String::from_utf8_lossy(&help.stdout).contains("logmode"));
+    let version = run(bin, &["--version"]);
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("cairn "));
+    let bad = run(bin, &["-o", "bogus", "/nonexistent", "/nonexistent"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert_eq!(run(bin, &[]).status.code(), Some(2));
+}
