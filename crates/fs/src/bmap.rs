@@ -15,7 +15,8 @@
 //! map.lookup(block) -> Mapping                  // logical block -> Hole{length} | Mapped(extent)
 //! map.allocate(fs, &mut tx, &mut data, start, length, Placement::near(false))?  // one extent
 //! map.map_range(fs, &mut tx, &mut data, start, end, unwritten)?  // fill every hole
-//! map.unmap_range(fs, &mut tx, &mut data, start, end)?           // cut and free
+//! map.cut_step(start, end) + map.free(fs, &mut tx, &mut data, &pieces)?  // unmap in tx
+//! fallocate::unmap_blocks(fs, number, &mut data, start, end)?  // own transactions, intents
 //! map.store(fs, &mut tx, &mut data)?            // write back: inline, tree, or tree -> inline
 //! ```
 //! Load, change and store within one transaction, under the inode's metadata lock; the map is
@@ -40,7 +41,7 @@ use crate::inode::InodeData;
 /// Extents allocated, converted or freed per transaction by the data paths.
 pub(crate) const EXTENTS_PER_STEP: usize = 4;
 
-/// The reservation of one mapping step: the inode; per extent the AGF, AGFL and both
+/// The reservation of one mapping step: the inode, one intent or done item; per extent the AGF, AGFL and both
 /// free-space tree paths (`2 + 2 * (free_levels + 1)`: a split at every level and a new
 /// root); and the extent tree: a split path (`bmap_levels + 1`) plus the AG headers and
 /// free-space paths of its new blocks (`2 + 2 * (free_levels + 1)`). Tree heights are the
@@ -51,7 +52,7 @@ pub(crate) fn step_reservation(fs: &Filesystem) -> Reservation {
     let per_extent = 2 + 2 * (free_levels + 1);
     let tree = 2 * (bmap_tree_levels(fs) + 1) + per_extent;
     let buffers = EXTENTS_PER_STEP as u32 * per_extent + tree;
-    Reservation::for_items(&fs.geometry, buffers, fs.geometry.block_size, 1, 0)
+    Reservation::for_items(&fs.geometry, buffers, fs.geometry.block_size, 1, 1)
 }
 
 /// Most levels a tree of `kind` holding `records` records can have when every block but
@@ -165,6 +166,17 @@ impl FileMap {
         mark_written(&mut self.list, start, end);
     }
 
+    /// Marks the mapped blocks of `start..end` unwritten (they read as zeros; zero range).
+    pub fn mark_unwritten(&mut self, start: u64, end: u64) {
+        let mut pieces = cut(&mut self.list, start, end);
+        for piece in &mut pieces {
+            piece.unwritten = true;
+        }
+        for piece in pieces {
+            insert(&mut self.list, piece);
+        }
+    }
+
     /// Removes file blocks `start..end` from the map; returns the pieces (not yet freed).
     pub fn cut(&mut self, start: u64, end: u64) -> Vec<Extent> {
         cut(&mut self.list, start, end)
@@ -237,34 +249,20 @@ impl FileMap {
         Ok(block.min(end))
     }
 
-    /// Unmaps and frees file blocks `start..end`, at most `EXTENTS_PER_STEP` extents from
-    /// the end of the range backwards; returns where the range now ends (`start` when done).
-    pub fn unmap_range(
-        &mut self,
-        fs: &Filesystem,
-        tx: &mut Tx<'_>,
-        data: &mut InodeData,
-        start: u64,
-        end: u64,
-    ) -> Result<u64, FsError> {
+    /// Cuts file blocks `start..end` out of the map, at most `EXTENTS_PER_STEP` extents
+    /// from the end of the range backwards. Returns where the range now ends (`start` when
+    /// done) and the pieces cut, whose blocks the caller frees (`free`, or an intent).
+    pub fn cut_step(&mut self, start: u64, end: u64) -> (u64, Vec<Extent>) {
         let inside: Vec<&Extent> = self
             .list
             .iter()
             .filter(|e| e.file_end() > start && e.file_block < end)
             .collect();
-        let Some(first) = inside
-            .len()
-            .checked_sub(EXTENTS_PER_STEP)
-            .map(|i| inside[i])
-        else {
-            let removed = self.cut(start, end);
-            self.free(fs, tx, data, &removed)?;
-            return Ok(start);
+        let step_start = match inside.len().checked_sub(EXTENTS_PER_STEP) {
+            Some(first) if first > 0 => inside[first].file_block.max(start),
+            _ => start,
         };
-        let step_start = first.file_block.max(start);
-        let removed = self.cut(step_start, end);
-        self.free(fs, tx, data, &removed)?;
-        Ok(step_start)
+        (step_start, self.cut(step_start, end))
     }
 
     /// Frees the physical blocks of `removed` pieces (already cut) in `tx`.

@@ -60,6 +60,9 @@ pub enum FsError {
     ShutDown,
     #[error("operation not supported")]
     Unsupported,
+    /// `seek` for data at or past the last data, or from an offset at or past the end.
+    #[error("no data or hole at or after the offset")]
+    NoSuchOffset,
 }
 
 impl FsError {

@@ -16,7 +16,7 @@ use crate::fs::Filesystem;
 use crate::glue::Tx;
 use crate::ialloc::{self, InodeNumbers, read_agi, write_agi};
 use crate::inode::{Inode, InodeData};
-use crate::{FsError, bmap, dir};
+use crate::{FsError, dir};
 
 fn bucket(ag_inode: u32) -> usize {
     ag_inode as usize % AGI_UNLINKED_BUCKETS
@@ -116,29 +116,15 @@ fn free_now(
     ialloc::free_inode(fs, tx, number)
 }
 
-/// Frees every mapped block at or past file block `from`, a few extents per transaction
-/// (from the end backwards, so every step leaves a file mapped up to some block). The
-/// inode's size is the caller's business.
+/// Frees every mapped block at or past file block `from`, a few extents per step (see
+/// `fallocate::unmap_blocks`). The inode's size is the caller's business.
 pub(crate) fn truncate_blocks(
     fs: &Filesystem,
     number: u64,
     data: &mut InodeData,
     from: u64,
 ) -> Result<(), FsError> {
-    loop {
-        let mut tx = fs.begin(bmap::step_reservation(fs))?;
-        let mut map = bmap::FileMap::load(fs, &mut tx, number, data)?;
-        if map.extents().last().is_none_or(|e| e.file_end() <= from) {
-            tx.tx.cancel()?;
-            return Ok(());
-        }
-        let step = map.unmap_range(fs, &mut tx, data, from, u64::MAX);
-        let stored = map.store(fs, &mut tx, data);
-        Filesystem::log_inode(&mut tx, number, data);
-        Filesystem::commit(tx, &mut [data])?;
-        stored?;
-        step?;
-    }
+    crate::fallocate::unmap_blocks(fs, number, data, from, u64::MAX)
 }
 
 /// At mount: frees every inode a crash left on an unlinked list.

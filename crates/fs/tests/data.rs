@@ -113,3 +113,109 @@ fn filling_holes_merges_records() {
     fs.unmount().unwrap();
     fsck_clean(&device);
 }
+
+// Preallocates with and without keep_size, punches a hole across a partial block and zeroes
+// a range; reads, seeks, block counts and fsck check each step.
+#[test]
+fn fallocate_modes_and_seek() {
+    use cairn_fs::{FallocateMode, FsError, SeekKind};
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let inode = new_file(&fs, b"falloc");
+    let keep = FallocateMode::Allocate { keep_size: true };
+    fs.fallocate(inode, 0, 64 * BLOCK, keep).unwrap();
+    let attr = fs.getattr(inode).unwrap();
+    assert_eq!((attr.size, attr.blocks_512), (0, 64 * 8));
+    assert!(matches!(
+        fs.seek(inode, 0, SeekKind::Data),
+        Err(FsError::NoSuchOffset)
+    ));
+    fs.fallocate(
+        inode,
+        0,
+        16 * BLOCK,
+        FallocateMode::Allocate { keep_size: false },
+    )
+    .unwrap();
+    assert_eq!(fs.getattr(inode).unwrap().size, 16 * BLOCK);
+    assert_eq!(fs.read(inode, 0, 100).unwrap(), vec![0u8; 100]);
+    assert!(matches!(
+        fs.seek(inode, 0, SeekKind::Data),
+        Err(FsError::NoSuchOffset)
+    ));
+    fs.write(inode, 0, &vec![7u8; 16 * BLOCK as usize]).unwrap();
+    fs.fallocate(inode, 3 * BLOCK + 100, 4 * BLOCK, FallocateMode::PunchHole)
+        .unwrap();
+    let data = fs.read(inode, 0, 16 * BLOCK as u32).unwrap();
+    let punched = (3 * BLOCK + 100) as usize..(7 * BLOCK + 100) as usize;
+    for (at, &byte) in data.iter().enumerate() {
+        assert_eq!(byte, if punched.contains(&at) { 0 } else { 7 }, "byte {at}");
+    }
+    assert_eq!(fs.seek(inode, 0, SeekKind::Hole).unwrap(), 4 * BLOCK);
+    assert_eq!(
+        fs.seek(inode, 4 * BLOCK, SeekKind::Data).unwrap(),
+        7 * BLOCK
+    );
+    assert_eq!(fs.seek(inode, 10, SeekKind::Data).unwrap(), 10);
+    fs.fallocate(
+        inode,
+        9 * BLOCK,
+        3 * BLOCK,
+        FallocateMode::ZeroRange { keep_size: true },
+    )
+    .unwrap();
+    let data = fs.read(inode, 9 * BLOCK, 3 * BLOCK as u32).unwrap();
+    assert!(data.iter().all(|&b| b == 0));
+    assert_eq!(
+        fs.seek(inode, 8 * BLOCK, SeekKind::Hole).unwrap(),
+        9 * BLOCK
+    );
+    assert_eq!(
+        fs.seek(inode, 9 * BLOCK, SeekKind::Data).unwrap(),
+        12 * BLOCK
+    );
+    assert_eq!(
+        fs.seek(inode, 12 * BLOCK, SeekKind::Hole).unwrap(),
+        16 * BLOCK
+    );
+    let zero_past_end = FallocateMode::ZeroRange { keep_size: false };
+    fs.fallocate(inode, 15 * BLOCK, 4 * BLOCK, zero_past_end)
+        .unwrap();
+    assert_eq!(fs.getattr(inode).unwrap().size, 19 * BLOCK);
+    assert!(matches!(
+        fs.seek(inode, 19 * BLOCK, SeekKind::Hole),
+        Err(FsError::NoSuchOffset)
+    ));
+    assert!(matches!(
+        fs.fallocate(inode, 0, 0, keep),
+        Err(FsError::InvalidArgument(_))
+    ));
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+// Punches a large range of a tree-mapped file (many intent/done steps), then truncates to
+// zero; all space comes back and fsck is clean.
+#[test]
+fn large_punch_frees_through_intents() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let before = fs.statfs().unwrap().blocks_free;
+    let inode = new_file(&fs, b"punch");
+    let count = 200;
+    write_sparse(&fs, inode, count);
+    let punch = cairn_fs::FallocateMode::PunchHole;
+    fs.fallocate(inode, 20 * BLOCK, 300 * BLOCK, punch).unwrap();
+    let data = fs.read(inode, 20 * BLOCK, 300 * BLOCK as u32).unwrap();
+    assert!(data.iter().all(|&b| b == 0));
+    check_sparse(&fs, inode, 10);
+    let changes = cairn_fs::SetAttr {
+        size: Some(0),
+        ..Default::default()
+    };
+    fs.setattr(inode, &changes, &root()).unwrap();
+    fs.sync().unwrap();
+    assert_eq!(fs.statfs().unwrap().blocks_free, before);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}

@@ -1,0 +1,272 @@
+//! `fallocate` (allocate, keep size, punch hole, zero range) and unmapping ranges through
+//! extent-free intents.
+//!
+//! Unmapping runs in steps of two transactions: the first cuts a few extents out of the map
+//! and logs an extent-free intent naming their blocks; the second frees the blocks and logs
+//! the done item. Each transaction stays small (map changes in one, free-space trees in the
+//! other), and a crash between them leaves blocks that belong to nothing but an intent, which
+//! mount finishes (`Filesystem::finish_intents`).
+
+use cairn_blockdev::AlignedBuf;
+use cairn_format::Extent;
+use cairn_journal::{FreeExtent, IntentId, Reservation};
+
+use crate::bmap::{FileMap, Mapping, Placement, step_reservation};
+use crate::data::check_data_file;
+use crate::fs::Filesystem;
+use crate::glue::{JournalLog, free_sequence};
+use crate::inode::{InodeData, now};
+use crate::types::FallocateMode;
+use crate::{FsError, perm};
+
+impl Filesystem {
+    /// Preallocates, punches or zeroes `len` bytes at `offset` of a regular file.
+    pub fn fallocate(
+        &self,
+        inode: u64,
+        offset: u64,
+        len: u64,
+        mode: FallocateMode,
+    ) -> Result<(), FsError> {
+        self.check_writable()?;
+        let end = offset
+            .checked_add(len)
+            .filter(|&end| len > 0 && end <= cairn_format::limits::FILE_BLOCK_MAX)
+            .ok_or(FsError::InvalidArgument(
+                "fallocate range empty or too large",
+            ))?;
+        let handle = self.live_inode(inode)?;
+        let _io = handle.io.write();
+        check_data_file(&handle.data.lock())?;
+        let block_size = u64::from(self.geometry.block_size);
+        let keep_size = match mode {
+            FallocateMode::Allocate { keep_size } => {
+                let (first, last) = (offset / block_size, end.div_ceil(block_size));
+                self.allocate_range(inode, &handle.data, first, last, Placement::near(true))?;
+                keep_size
+            }
+            FallocateMode::PunchHole => {
+                let mut meta = handle.data.lock();
+                self.zero_edges(inode, &meta, offset, end)?;
+                let (first, last) = (offset.div_ceil(block_size), end / block_size);
+                unmap_blocks(self, inode, &mut meta, first, last)?;
+                true
+            }
+            FallocateMode::ZeroRange { keep_size } => {
+                self.zero_range(inode, &handle.data, offset, end)?;
+                keep_size
+            }
+        };
+        let mut meta = handle.data.lock();
+        let mut tx = self.begin(Reservation::for_items(&self.geometry, 0, 0, 1, 0))?;
+        if !keep_size {
+            meta.core.size = meta.core.size.max(end);
+        }
+        let now = now();
+        meta.core.mtime = now;
+        meta.core.ctime = now;
+        perm::kill_suid(&mut meta);
+        Self::log_inode(&mut tx, inode, &mut meta);
+        Self::commit(tx, &mut [&mut meta])?;
+        Ok(())
+    }
+
+    /// Zero range: partial edge blocks are zeroed on disk, whole blocks become unwritten
+    /// (mapped ones flip state, holes get new unwritten blocks).
+    fn zero_range(
+        &self,
+        inode: u64,
+        lock: &parking_lot::Mutex<InodeData>,
+        offset: u64,
+        end: u64,
+    ) -> Result<(), FsError> {
+        let block_size = u64::from(self.geometry.block_size);
+        let (first, last) = (offset.div_ceil(block_size), end / block_size);
+        {
+            let mut meta = lock.lock();
+            self.zero_edges(inode, &meta, offset, end)?;
+            if first < last {
+                let mut tx = self.begin(self.write_reservation())?;
+                let mut map = FileMap::load(self, &mut tx, inode, &meta)?;
+                map.mark_unwritten(first, last);
+                let stored = map.store(self, &mut tx, &mut meta);
+                Self::log_inode(&mut tx, inode, &mut meta);
+                Self::commit(tx, &mut [&mut meta])?;
+                stored?;
+            }
+        }
+        let (head, tail) = (offset / block_size, end.div_ceil(block_size));
+        self.allocate_range(inode, lock, head, tail, Placement::near(true))
+    }
+
+    /// Zeroes the bytes of `offset..end` that lie in partial blocks at either end, where
+    /// those blocks hold written data (holes and unwritten blocks read as zeros already).
+    fn zero_edges(
+        &self,
+        inode: u64,
+        meta: &InodeData,
+        offset: u64,
+        end: u64,
+    ) -> Result<(), FsError> {
+        let block_size = u64::from(self.geometry.block_size);
+        let map = FileMap::read(self, inode, meta)?;
+        let head = (offset / block_size, offset % block_size);
+        let tail = (end / block_size, end % block_size);
+        let mut edges = Vec::new();
+        if head.0 == tail.0 {
+            if head.1 != 0 || tail.1 != 0 {
+                edges.push((head.0, head.1, tail.1));
+            }
+        } else {
+            if head.1 != 0 {
+                edges.push((head.0, head.1, block_size));
+            }
+            if tail.1 != 0 {
+                edges.push((tail.0, 0, tail.1));
+            }
+        }
+        for (block, from, to) in edges {
+            let Mapping::Mapped(extent) = map.lookup(block) else {
+                continue;
+            };
+            if extent.unwritten {
+                continue;
+            }
+            let physical = extent.fs_block.0 + (block - extent.file_block);
+            let mut buf = AlignedBuf::zeroed(block_size as usize);
+            self.device.read_at(physical * block_size, &mut buf)?;
+            buf[from as usize..to as usize].fill(0);
+            self.device.write_at(physical * block_size, &buf)?;
+        }
+        Ok(())
+    }
+}
+
+/// Unmaps and frees file blocks `start..end` of inode `number` (held locked by the caller),
+/// from the end backwards, in intent/done transaction pairs (see the module documentation).
+pub(crate) fn unmap_blocks(
+    fs: &Filesystem,
+    number: u64,
+    data: &mut InodeData,
+    start: u64,
+    end: u64,
+) -> Result<(), FsError> {
+    let mut end = end;
+    while start < end {
+        let mut tx = fs.begin(step_reservation(fs))?;
+        let mut map = FileMap::load(fs, &mut tx, number, data)?;
+        let (step_end, removed) = map.cut_step(start, end);
+        if removed.is_empty() {
+            tx.tx.cancel()?;
+            return Ok(());
+        }
+        let freed: Vec<FreeExtent> = removed
+            .iter()
+            .map(|e| FreeExtent {
+                start: e.fs_block,
+                length: e.length,
+            })
+            .collect();
+        let intent = tx.tx.log_free_intent(&freed);
+        let stored = map.store(fs, &mut tx, data);
+        let released: u64 = removed.iter().map(|e| u64::from(e.length)).sum();
+        data.core.block_count = data.core.block_count.saturating_sub(released);
+        Filesystem::log_inode(&mut tx, number, data);
+        Filesystem::commit(tx, &mut [data])?;
+        stored?;
+        free_intent(fs, intent, &removed)?;
+        end = step_end;
+    }
+    Ok(())
+}
+
+/// The second half of an unmap step: frees `removed` and logs the intent's done item.
+fn free_intent(fs: &Filesystem, intent: IntentId, removed: &[Extent]) -> Result<(), FsError> {
+    let mut tx = fs.begin(step_reservation(fs))?;
+    let sequence = free_sequence(&fs.journal);
+    let mut sorted = removed.to_vec();
+    sorted.sort_by_key(|e| e.fs_block.0);
+    for extent in &sorted {
+        let log = JournalLog(&fs.journal);
+        fs.alloc
+            .free(&mut tx, &log, extent.fs_block, extent.length, sequence)?;
+    }
+    tx.tx.log_free_done(intent);
+    tx.tx.commit()?;
+    fs.blocks_freed();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use cairn_blockdev::{BlockDevice, MemDevice};
+    use cairn_format::inode::FileType;
+
+    use super::*;
+    use crate::types::{Credentials, FileKind, MountOptions};
+
+    fn device() -> Arc<MemDevice> {
+        let bytes = 64 << 20;
+        let device = MemDevice::new(bytes, 4096);
+        let request = cairn_mkfs::Request {
+            fs_bytes: Some(bytes),
+            ..cairn_mkfs::Request::default()
+        };
+        let plan = cairn_mkfs::plan(bytes, 4096, &request).unwrap();
+        let options = cairn_mkfs::FormatOptions {
+            uuid: Some([7; 16]),
+            discard: false,
+            now_secs: 1_700_000_000,
+        };
+        cairn_mkfs::format(&device, &plan, &options).unwrap();
+        Arc::new(device)
+    }
+
+    // Crashes after an unmap's intent transaction is durable but before its free: mount
+    // must finish the intent, so the free space comes back and nothing is lost.
+    #[test]
+    fn mount_finishes_an_unmap_intent() {
+        let device = device();
+        let dyn_device: Arc<dyn BlockDevice> = device.clone();
+        let fs = Filesystem::mount(dyn_device, MountOptions::default()).unwrap();
+        let who = Credentials::root();
+        let file = fs
+            .create(fs.root(), b"f", FileKind::Regular, 0o644, 0, &who)
+            .unwrap();
+        fs.write(file.inode, 0, &vec![1u8; 64 << 10]).unwrap();
+        fs.sync().unwrap();
+        let free_before = fs.statfs().unwrap().blocks_free;
+        let handle = fs.live_inode(file.inode).unwrap();
+        {
+            let mut data = handle.data.lock();
+            assert_eq!(data.file_type(), Some(FileType::Regular));
+            let mut tx = fs.begin(step_reservation(&fs)).unwrap();
+            let mut map = FileMap::load(&fs, &mut tx, file.inode, &data).unwrap();
+            let (_, removed) = map.cut_step(0, u64::MAX);
+            let freed: Vec<FreeExtent> = removed
+                .iter()
+                .map(|e| FreeExtent {
+                    start: e.fs_block,
+                    length: e.length,
+                })
+                .collect();
+            tx.tx.log_free_intent(&freed);
+            map.store(&fs, &mut tx, &mut data).unwrap();
+            data.core.block_count = 0;
+            Filesystem::log_inode(&mut tx, file.inode, &mut data);
+            Filesystem::commit(tx, &mut [&mut data]).unwrap();
+        }
+        fs.sync().unwrap();
+        let image = device.durable_image();
+        drop(handle);
+        drop(fs);
+        let crashed: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_image(image, 4096).unwrap());
+        let fs = Filesystem::mount(crashed, MountOptions::default()).unwrap();
+        assert_eq!(fs.recovery_report().unfinished_intents.len(), 1);
+        assert_eq!(fs.statfs().unwrap().blocks_free, free_before + 16);
+        assert_eq!(fs.read(file.inode, 0, 100).unwrap(), vec![0u8; 100]);
+        fs.unmount().unwrap();
+    }
+}
