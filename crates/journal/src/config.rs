@@ -21,6 +21,10 @@ pub const CIL_PUSH_BYTES_MAX: u64 = 32 << 20;
 pub const CIL_THROTTLE_MULTIPLE: u64 = 2;
 /// The AIL is pushed when less than 1/`AIL_FREE_TARGET_DIVISOR` of the log is free.
 pub const AIL_FREE_TARGET_DIVISOR: u64 = 4;
+/// Checkpoints in flight at once: data records written (or being written) but not complete.
+/// A push whose checkpoint is this many ahead of the oldest uncommitted one waits before
+/// writing its data (XFS allows 4; more only contends on the writer).
+pub const CHECKPOINTS_IN_FLIGHT_MAX: u64 = 4;
 /// Default idle checkpoint interval (XFS: 30 s).
 pub const CHECKPOINT_INTERVAL_MS_DEFAULT: u64 = 30_000;
 /// A buffer log vector with more regions than this is logged as one whole-buffer region:

@@ -14,7 +14,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::JournalError;
 use crate::ail::{Ail, AilItem};
 use crate::cil::{Cil, Context};
-use crate::config::{AIL_FREE_TARGET_DIVISOR, JournalConfig};
+use crate::config::{AIL_FREE_TARGET_DIVISOR, CHECKPOINTS_IN_FLIGHT_MAX, JournalConfig};
 use crate::inode_ops::inode_cluster_spec;
 use crate::item::{CommitSequence, ItemKey, Vector, encode_items};
 use crate::recovery::{RecoveryReport, recover};
@@ -143,7 +143,8 @@ impl Journal {
             writer: Mutex::new(Writer {
                 head: recovered.head,
                 prev_lsn: recovered.prev_lsn,
-                next_sequence: sequence,
+                next_data_sequence: sequence,
+                next_commit_sequence: sequence,
             }),
             writer_turn: Condvar::new(),
             ail: Mutex::new(Ail::default()),
@@ -494,46 +495,113 @@ impl Inner {
         Ok(sequence)
     }
 
-    /// Writes `context` once every earlier context has written its commit record, then
-    /// completes it.
+    /// Writes `context` as a checkpoint and completes it. Formatting happens outside every
+    /// lock; data records are written in sequence order, at most `CHECKPOINTS_IN_FLIGHT_MAX`
+    /// checkpoints ahead of the oldest uncommitted one; commit records in sequence order.
     fn write_context(&self, context: Context) -> Result<(), JournalError> {
-        let mut writer = self.writer.lock();
-        while writer.next_sequence < context.sequence {
-            self.check_shutdown()?;
-            self.writer_turn
-                .wait_for(&mut writer, Duration::from_millis(WAIT_SLICE_MS));
-        }
-        let result = self.write_locked(&mut writer, &context);
-        writer.next_sequence = context.sequence + 1;
-        drop(writer);
-        self.writer_turn.notify_all();
-        match result {
-            Ok(()) => {
-                let mut completed = self.completed.lock();
-                *completed = (*completed).max(context.sequence);
-                drop(completed);
-                self.completed_changed.notify_all();
-                Ok(())
-            }
+        match self.write_context_steps(&context) {
+            Ok(()) => Ok(()),
+            // Later pushes wait for this one's turns; shutting down releases them with an error.
             Err(error) => self.fail(error),
         }
     }
 
-    fn write_locked(&self, writer: &mut Writer, context: &Context) -> Result<(), JournalError> {
-        let charge = context.charge(self.layout.block_size);
-        if context.items.is_empty() {
-            self.settle_grant(charge, 0);
-            return Ok(());
+    fn write_context_steps(&self, context: &Context) -> Result<(), JournalError> {
+        let items = match context.items.is_empty() {
+            true => Vec::new(),
+            false => encode_context(context)?,
+        };
+        let data = self.write_data(context.sequence, &items)?;
+        let mut writer = self.writer.lock();
+        while writer.next_commit_sequence < context.sequence {
+            self.check_shutdown()?;
+            self.writer_turn
+                .wait_for(&mut writer, Duration::from_millis(WAIT_SLICE_MS));
         }
-        let items = encode_context(context)?;
-        let ail_tail = self.ail.lock().min_lsn();
-        let written = writer.write_checkpoint(
-            self.device.as_ref(),
-            &self.layout,
-            context.sequence,
-            &items,
-            ail_tail,
-        )?;
+        drop(writer);
+        let finished = match data {
+            Some(written) => self.commit_checkpoint(context, written),
+            None => {
+                self.settle_grant(context.charge(self.layout.block_size), 0);
+                Ok(())
+            }
+        };
+        self.writer.lock().next_commit_sequence = context.sequence + 1;
+        self.writer_turn.notify_all();
+        finished?;
+        let mut completed = self.completed.lock();
+        *completed = (*completed).max(context.sequence);
+        drop(completed);
+        self.completed_changed.notify_all();
+        Ok(())
+    }
+
+    /// Waits for the data turn of checkpoint `sequence`, then writes its data records (none
+    /// for an empty context) and flushes them outside the writer lock, so later checkpoints
+    /// write theirs meanwhile. Returns what was written, `None` for an empty context.
+    fn write_data(
+        &self,
+        sequence: u64,
+        items: &[Vec<u8>],
+    ) -> Result<Option<Written>, JournalError> {
+        let mut writer = self.writer.lock();
+        while writer.next_data_sequence < sequence
+            || sequence >= writer.next_commit_sequence + CHECKPOINTS_IN_FLIGHT_MAX
+        {
+            self.check_shutdown()?;
+            self.writer_turn
+                .wait_for(&mut writer, Duration::from_millis(WAIT_SLICE_MS));
+        }
+        debug_assert_eq!(writer.next_data_sequence, sequence, "data turn");
+        let result = match items.is_empty() {
+            true => Ok(None),
+            false => {
+                let start = self.layout.lsn(writer.head);
+                self.space.lock().in_flight.insert(sequence, start);
+                let tail = self.record_tail(start);
+                let device = self.device.as_ref();
+                writer
+                    .write_data(device, &self.layout, sequence, items, tail)
+                    .map(Some)
+            }
+        };
+        writer.next_data_sequence = sequence + 1;
+        drop(writer);
+        self.writer_turn.notify_all();
+        let mut written = result?;
+        if let Some(written) = written.as_mut() {
+            // Every data record must be durable before a commit record can claim them.
+            crate::writer::flush(self.device.as_ref(), written)?;
+        }
+        Ok(written)
+    }
+
+    /// The tail a record written now carries: the oldest of the AIL, the checkpoints in
+    /// flight, and `own` (the record's LSN). Called under the writer lock, so records carry
+    /// non-decreasing tails in log order.
+    fn record_tail(&self, own: Lsn) -> Lsn {
+        let ail = self.ail.lock().min_lsn();
+        let in_flight = self.space.lock().in_flight_min();
+        [ail, in_flight].into_iter().flatten().fold(own, Lsn::min)
+    }
+
+    /// With the commit turn held: writes and flushes the commit record of `context`, whose
+    /// data records are durable, then completes it (AIL, unpin, space).
+    fn commit_checkpoint(
+        &self,
+        context: &Context,
+        mut written: Written,
+    ) -> Result<(), JournalError> {
+        let charge = context.charge(self.layout.block_size);
+        let mut writer = self.writer.lock();
+        let tail = self.record_tail(written.start);
+        let device = self.device.as_ref();
+        let result =
+            writer.write_commit(device, &self.layout, context.sequence, tail, &mut written);
+        let head = self.layout.lsn(writer.head);
+        drop(writer);
+        result?;
+        crate::writer::flush(device, &mut written)?;
         if written.bytes > charge {
             return Err(JournalError::ReservationOverrun {
                 used_bytes: written.bytes,
@@ -543,9 +611,9 @@ impl Inner {
         self.account_written(&written);
         bump(&self.stats.checkpoints, 1);
         self.complete(context, written.start);
-        let head = self.layout.lsn(writer.head);
         let mut space = self.space.lock();
-        space.head = head;
+        space.in_flight.remove(&context.sequence);
+        space.head = space.head.max(head);
         space.grant_bytes = space.grant_bytes.saturating_sub(charge);
         space.durable_tail = space.durable_tail.max(written.tail.min(space.tail));
         drop(space);
@@ -611,8 +679,8 @@ impl Inner {
     /// `unmount`), making that tail durable.
     fn write_marker(&self, unmount: bool) -> Result<(), JournalError> {
         let mut writer = self.writer.lock();
-        let ail_tail = self.ail.lock().min_lsn();
-        let result = writer.write_marker(self.device.as_ref(), &self.layout, ail_tail, unmount);
+        let tail = self.record_tail(self.layout.lsn(writer.head));
+        let result = writer.write_marker(self.device.as_ref(), &self.layout, Some(tail), unmount);
         let written = match result {
             Ok(written) => written,
             Err(error) => return self.fail(error),
@@ -622,7 +690,7 @@ impl Inner {
         let head = self.layout.lsn(writer.head);
         drop(writer);
         let mut space = self.space.lock();
-        space.head = head;
+        space.head = space.head.max(head);
         space.advance_tail(written.tail);
         space.durable_tail = space.durable_tail.max(written.tail.min(space.tail));
         drop(space);

@@ -9,7 +9,8 @@
 //! - write-ahead: a buffer is pinned from its first commit into a context until that
 //!   context's commit record is durable, and the buffer cache never writes a pinned buffer;
 //! - commit records reach the log in checkpoint sequence order, each after a flush of the
-//!   records it commits, and is itself flushed before the checkpoint counts as durable;
+//!   records it commits, and is itself flushed before the checkpoint counts as durable; at
+//!   most `CHECKPOINTS_IN_FLIGHT_MAX` checkpoints are written at once;
 //! - the tail never passes an AIL item whose home copy is not clean on stable storage, and the
 //!   head never overwrites the log past the tail recorded in the newest durable record;
 //! - reserved plus promised bytes never exceed the free log space, so a transaction that
@@ -35,8 +36,8 @@ pub use ail::Ail;
 pub use cil::Cil;
 pub use config::{
     AIL_FREE_TARGET_DIVISOR, BUFFER_ITEM_BYTES_MAX, CHECKPOINT_INTERVAL_MS_DEFAULT,
-    CIL_PUSH_BYTES_MAX, CIL_PUSH_LOG_DIVISOR, CIL_THROTTLE_MULTIPLE, INTENT_ITEM_BYTES_MAX,
-    JournalConfig, LogMode, RECORD_PAYLOAD_BYTES_MAX, VECTOR_REGIONS_MAX,
+    CHECKPOINTS_IN_FLIGHT_MAX, CIL_PUSH_BYTES_MAX, CIL_PUSH_LOG_DIVISOR, CIL_THROTTLE_MULTIPLE,
+    INTENT_ITEM_BYTES_MAX, JournalConfig, LogMode, RECORD_PAYLOAD_BYTES_MAX, VECTOR_REGIONS_MAX,
 };
 pub use error::JournalError;
 pub use inode_ops::{InodeClusterOps, inode_cluster_ops, inode_cluster_spec};

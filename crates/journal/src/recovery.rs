@@ -239,18 +239,19 @@ fn walk(image: &[u8], layout: &Layout, tail: Lsn) -> Vec<Found> {
     found
 }
 
-/// Groups the walked records into checkpoints, decoding their items.
+/// Groups the walked records into checkpoints by sequence, decoding their items; returned in
+/// sequence order, each with the LSN of its first record. Several checkpoints may be in
+/// flight, so a later checkpoint's records can lie between an earlier one's data and its
+/// commit record.
 fn group(image: &[u8], walk: &[Found]) -> Result<Vec<Checkpoint>, JournalError> {
-    let mut checkpoints: Vec<Checkpoint> = Vec::new();
+    let mut checkpoints: BTreeMap<u64, Checkpoint> = BTreeMap::new();
     for record in walk.iter().filter(|r| r.header.op_count > 0) {
         let sequence = record.header.checkpoint_sequence;
-        if checkpoints.last().is_none_or(|c| c.sequence != sequence) {
-            checkpoints.push(Checkpoint {
-                sequence,
-                lsn: record.header.lsn,
-                ..Checkpoint::default()
-            });
-        }
+        let checkpoint = checkpoints.entry(sequence).or_insert_with(|| Checkpoint {
+            sequence,
+            lsn: record.header.lsn,
+            ..Checkpoint::default()
+        });
         let corrupt = |why: String| JournalError::CorruptLog {
             lsn: record.header.lsn,
             why,
@@ -259,9 +260,6 @@ fn group(image: &[u8], walk: &[Found]) -> Result<Vec<Checkpoint>, JournalError> 
         let (_, payload) = decode_log_record(raw).map_err(|e| corrupt(e.to_string()))?;
         let items = decode_log_items(payload, record.header.op_count)
             .map_err(|e| corrupt(e.to_string()))?;
-        let Some(checkpoint) = checkpoints.last_mut() else {
-            continue;
-        };
         for item in items {
             match item {
                 LogItem::CheckpointStart { .. } => checkpoint.started = true,
@@ -270,7 +268,7 @@ fn group(image: &[u8], walk: &[Found]) -> Result<Vec<Checkpoint>, JournalError> 
             }
         }
     }
-    Ok(checkpoints)
+    Ok(checkpoints.into_values().collect())
 }
 
 /// Zeroes valid-looking records past the new head (written before the crash but cut off by
@@ -381,6 +379,8 @@ impl<'d> Replay<'d> {
             .iter()
             .filter(|c| c.started && c.committed)
             .collect();
+        let ordered = complete.windows(2).all(|w| w[0].sequence < w[1].sequence);
+        debug_assert!(ordered, "checkpoints replayed out of sequence order");
         report.checkpoints_discarded = (checkpoints.len() - complete.len()) as u64;
         let cancels = last_cancels(&complete);
         let mut pending = BTreeMap::new();

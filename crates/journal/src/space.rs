@@ -5,6 +5,10 @@
 //! `grant` is what live transactions reserved plus what the CIL contexts (current and being
 //! written) may take. A reservation is granted when `used + grant + bytes <= capacity`;
 //! waiters are served first come, first served (tickets), so none starves.
+//! `in_flight` holds the start of every checkpoint whose data records are written but which
+//! is not complete yet (its items are not in the AIL): the tail never passes one.
+
+use std::collections::BTreeMap;
 
 use cairn_format::Lsn;
 
@@ -21,6 +25,8 @@ pub(crate) struct Space {
     pub(crate) capacity_bytes: u64,
     pub(crate) next_ticket: u64,
     pub(crate) serving_ticket: u64,
+    /// Start LSN of every checkpoint in flight, by sequence.
+    pub(crate) in_flight: BTreeMap<u64, Lsn>,
 }
 
 impl Space {
@@ -33,6 +39,7 @@ impl Space {
             capacity_bytes,
             next_ticket: 0,
             serving_ticket: 0,
+            in_flight: BTreeMap::new(),
         }
     }
 
@@ -48,15 +55,27 @@ impl Space {
         self.next_ticket != self.serving_ticket
     }
 
-    /// Moves the in-memory tail forward to `tail` (never back).
+    /// The oldest start of a checkpoint in flight.
+    pub(crate) fn in_flight_min(&self) -> Option<Lsn> {
+        self.in_flight.values().copied().min()
+    }
+
+    /// Moves the in-memory tail forward to `tail` (never back), but never past the head or a
+    /// checkpoint in flight (its items are not in the AIL yet, so the AIL cannot hold it back).
     pub(crate) fn advance_tail(&mut self, tail: Lsn) {
-        self.tail = self.tail.max(tail.min(self.head));
+        let limit = self
+            .in_flight_min()
+            .map_or(self.head, |start| start.min(self.head));
+        self.tail = self.tail.max(tail.min(limit));
     }
 
     /// Checks tail <= durable tail ordering facts and that the head stays in front.
     pub(crate) fn check_invariants(&self, layout: &Layout) {
         assert!(self.durable_tail <= self.tail, "durable tail past the tail");
         assert!(self.tail <= self.head, "tail past the head");
+        if let Some(start) = self.in_flight_min() {
+            assert!(self.tail <= start, "tail past a checkpoint in flight");
+        }
         let used = layout.distance_blocks(self.durable_tail, self.head);
         assert!(used <= layout.log_blocks, "head lapped the durable tail");
     }

@@ -1,7 +1,8 @@
 //! The log writer: positions on the circular log, and checkpoints written as block-aligned
 //! records. Data records are flushed before the commit record is written, and the commit
 //! record is flushed before the checkpoint counts: two flushes per checkpoint, not one per
-//! log write.
+//! log write. The journal issues the flushes outside the writer lock, so a later checkpoint's
+//! data records may reach the log between an earlier one's data and its commit record.
 
 use cairn_blockdev::{AlignedBuf, BlockDevice};
 use cairn_format::log::{
@@ -105,8 +106,11 @@ struct Run {
 pub(crate) struct Writer {
     pub(crate) head: Position,
     pub(crate) prev_lsn: Lsn,
-    /// Checkpoints are written strictly in sequence order; this is the next one.
-    pub(crate) next_sequence: u64,
+    /// Checkpoints write their data records in sequence order; this is the next one.
+    pub(crate) next_data_sequence: u64,
+    /// Commit records reach the log in sequence order; this is the next one. A checkpoint
+    /// passes the turn on once it is complete.
+    pub(crate) next_commit_sequence: u64,
 }
 
 struct RecordArgs<'a> {
@@ -181,21 +185,21 @@ impl Writer {
         self.emit(device, layout, run, args, written)
     }
 
-    /// Writes checkpoint `sequence` holding the encoded `items` (each already a whole item),
-    /// then its commit record. `ail_tail` is the oldest LSN the AIL holds, if any.
-    pub(crate) fn write_checkpoint(
+    /// Writes the data records of checkpoint `sequence`: its encoded `items` (each already a
+    /// whole item), each record carrying `tail`. No flush: the caller flushes before the
+    /// commit record (see `write_commit`).
+    pub(crate) fn write_data(
         &mut self,
         device: &dyn BlockDevice,
         layout: &Layout,
         sequence: u64,
         items: &[Vec<u8>],
-        ail_tail: Option<Lsn>,
+        tail: Lsn,
     ) -> Result<Written, JournalError> {
         let start = layout.lsn(self.head);
-        let tail = ail_tail.map_or(start, |t| t.min(start));
         let mut written = Written {
             start,
-            tail,
+            tail: tail.min(start),
             bytes: 0,
             writes: 0,
             flushes: 0,
@@ -241,13 +245,13 @@ impl Writer {
             self.emit(device, layout, &mut run, args, &mut written)?;
         }
         write_run(device, layout, &mut run, &mut written)?;
-        // Every data record must be durable before a commit record can claim them.
-        flush(device, &mut written)?;
-        self.write_commit(device, layout, sequence, tail, &mut written)?;
         Ok(written)
     }
 
-    fn write_commit(
+    /// Writes the one-block commit record of checkpoint `sequence` at the head, carrying
+    /// `tail`. The caller flushed the checkpoint's data records before (a commit record may
+    /// only claim durable records) and flushes the commit record after.
+    pub(crate) fn write_commit(
         &mut self,
         device: &dyn BlockDevice,
         layout: &Layout,
@@ -261,6 +265,8 @@ impl Writer {
             start_block: self.head.block,
             bytes: Vec::new(),
         };
+        let tail = tail.min(written.start);
+        written.tail = tail;
         let args = RecordArgs {
             sequence,
             flags: LOG_FLAG_COMMIT,
@@ -269,8 +275,7 @@ impl Writer {
             op_count: 1,
         };
         self.emit(device, layout, &mut run, args, written)?;
-        write_run(device, layout, &mut run, written)?;
-        flush(device, written)
+        write_run(device, layout, &mut run, written)
     }
 
     /// Writes an item-less record carrying `tail` (with `unmount`, the clean-unmount mark)
@@ -330,7 +335,7 @@ fn write_run(
     Ok(())
 }
 
-fn flush(device: &dyn BlockDevice, written: &mut Written) -> Result<(), JournalError> {
+pub(crate) fn flush(device: &dyn BlockDevice, written: &mut Written) -> Result<(), JournalError> {
     device
         .flush()
         .map_err(|source| JournalError::device("log flush", 0, source))?;
