@@ -13,7 +13,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn_blockdev::DeviceError;
+use cairn_blockdev::{DeviceError, FileDevice, OpenOptions};
 use cairn_fs::{Filesystem, FsError};
 use fuser::{Config, MountOption, Session, SessionACL};
 
@@ -203,11 +203,28 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
 /// Opens and mounts the filesystem core, naming the usual failures plainly.
 fn open_filesystem(request: &MountRequest) -> Result<Filesystem, DaemonError> {
     let path = &request.device;
+    let options = &request.config.fs;
+    if options.read_only && !options.recover_read_only && needs_recovery(request)? {
+        return Err(DaemonError::NeedsRecovery { path: path.clone() });
+    }
     let fs = Filesystem::mount_path(path, request.config.fs.clone())
         .map_err(|error| classify(path, error))?;
     let report = fs.recovery_report();
     tracing::info!(device = %path.display(), recovery = ?report, "filesystem opened");
     Ok(fs)
+}
+
+/// Whether the log of the device needs recovery (checked read-only, before the mount).
+fn needs_recovery(request: &MountRequest) -> Result<bool, DaemonError> {
+    let path = &request.device;
+    let open = OpenOptions::new().read_only(true);
+    let open = if request.config.fs.buffered {
+        open.buffered()
+    } else {
+        open
+    };
+    let device = FileDevice::open(path, &open).map_err(|error| classify(path, error.into()))?;
+    Filesystem::needs_recovery(&device).map_err(|error| classify(path, error))
 }
 
 /// A mount error with the device path and, for a busy device or something that is not

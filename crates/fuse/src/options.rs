@@ -214,67 +214,6 @@ fn parse_seconds(value: &str) -> Result<Duration, String> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // Filesystem, FUSE and generic options land in the right fields; several lists add up.
-    #[test]
-    fn options_parse_into_their_fields() {
-        let config = MountConfig::parse([
-            "ro,logmode=sync,cache_size=64M,allocsize=1M,noatime",
-            "allow_other,threads=2,max_write=512K,attr_timeout=0.5,nodev,defaults,x-systemd.foo",
-        ])
-        .unwrap();
-        assert!(config.fs.read_only);
-        assert_eq!(config.fs.log_mode, LogMode::Sync);
-        assert_eq!(config.fs.cache_bytes, Some(64 << 20));
-        assert_eq!(config.fs.alloc_size, Some(1 << 20));
-        assert_eq!(config.fs.atime, AtimeMode::Noatime);
-        assert!(config.fuse.allow_other);
-        assert_eq!(config.fuse.worker_threads, 2);
-        assert_eq!(config.fuse.max_write_bytes, 512 << 10);
-        assert_eq!(config.fuse.attr_timeout, Duration::from_millis(500));
-        assert_eq!(config.fuse.kernel_flags, vec![fuser::MountOption::NoDev]);
-    }
-
-    // Unknown names, bad values and missing values are refused with the option named.
-    #[test]
-    fn bad_options_are_refused() {
-        let unknown = MountConfig::parse(["frobnicate"]).unwrap_err();
-        assert_eq!(unknown, OptionError::Unknown("frobnicate".into()));
-        assert!(matches!(
-            MountConfig::parse(["logmode=fast"]),
-            Err(OptionError::BadValue { .. })
-        ));
-        assert!(matches!(
-            MountConfig::parse(["allocsize=3000"]),
-            Err(OptionError::BadValue { .. })
-        ));
-        assert!(matches!(
-            MountConfig::parse(["threads=0"]),
-            Err(OptionError::BadValue { .. })
-        ));
-        assert_eq!(
-            MountConfig::parse(["cache_size"]).unwrap_err(),
-            OptionError::MissingValue("cache_size".into())
-        );
-        assert!(MountConfig::parse(["ro=1"]).is_err());
-    }
-
-    // Defaults: read-write, delayed logging, writeback cache, 1 MiB writes, 1..=8 threads.
-    #[test]
-    fn defaults_are_the_documented_ones() {
-        let config = MountConfig::parse([""]).unwrap();
-        assert!(!config.fs.read_only);
-        assert_eq!(config.fs.log_mode, LogMode::Delayed);
-        assert!(config.fuse.writeback_cache);
-        assert!(config.fuse.clone_fd);
-        assert_eq!(config.fuse.max_write_bytes, MAX_WRITE_DEFAULT_BYTES);
-        assert!((1..=THREADS_DEFAULT_MAX).contains(&config.fuse.worker_threads));
-    }
-}
-
 /// Every `-o` option with its meaning, for `--help` and the man page.
 pub const OPTION_HELP: &[(&str, &str)] = &[
     ("ro / rw", "mount read-only / read-write (default rw)"),
@@ -340,4 +279,65 @@ pub fn option_help_text() -> String {
         out.push_str(&format!("  {name}\n      {meaning}\n"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Filesystem, FUSE and generic options land in the right fields; several lists add up.
+    #[test]
+    fn options_parse_into_their_fields() {
+        let config = MountConfig::parse([
+            "ro,logmode=sync,cache_size=64M,allocsize=1M,noatime",
+            "allow_other,threads=2,max_write=512K,attr_timeout=0.5,nodev,defaults,x-systemd.foo",
+        ])
+        .unwrap();
+        assert!(config.fs.read_only);
+        assert_eq!(config.fs.log_mode, LogMode::Sync);
+        assert_eq!(config.fs.cache_bytes, Some(64 << 20));
+        assert_eq!(config.fs.alloc_size, Some(1 << 20));
+        assert_eq!(config.fs.atime, AtimeMode::Noatime);
+        assert!(config.fuse.allow_other);
+        assert_eq!(config.fuse.worker_threads, 2);
+        assert_eq!(config.fuse.max_write_bytes, 512 << 10);
+        assert_eq!(config.fuse.attr_timeout, Duration::from_millis(500));
+        assert_eq!(config.fuse.kernel_flags, vec![fuser::MountOption::NoDev]);
+    }
+
+    // Unknown names, bad values and missing values are refused with the option named.
+    #[test]
+    fn bad_options_are_refused() {
+        let unknown = MountConfig::parse(["frobnicate"]).unwrap_err();
+        assert_eq!(unknown, OptionError::Unknown("frobnicate".into()));
+        assert!(matches!(
+            MountConfig::parse(["logmode=fast"]),
+            Err(OptionError::BadValue { .. })
+        ));
+        assert!(matches!(
+            MountConfig::parse(["allocsize=3000"]),
+            Err(OptionError::BadValue { .. })
+        ));
+        assert!(matches!(
+            MountConfig::parse(["threads=0"]),
+            Err(OptionError::BadValue { .. })
+        ));
+        assert_eq!(
+            MountConfig::parse(["cache_size"]).unwrap_err(),
+            OptionError::MissingValue("cache_size".into())
+        );
+        assert!(MountConfig::parse(["ro=1"]).is_err());
+    }
+
+    // Defaults: read-write, delayed logging, writeback cache, 1 MiB writes, 1..=8 threads.
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let config = MountConfig::parse([""]).unwrap();
+        assert!(!config.fs.read_only);
+        assert_eq!(config.fs.log_mode, LogMode::Delayed);
+        assert!(config.fuse.writeback_cache);
+        assert!(config.fuse.clone_fd);
+        assert_eq!(config.fuse.max_write_bytes, MAX_WRITE_DEFAULT_BYTES);
+        assert!((1..=THREADS_DEFAULT_MAX).contains(&config.fuse.worker_threads));
+    }
 }

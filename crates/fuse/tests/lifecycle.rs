@@ -12,19 +12,38 @@ use std::time::Duration;
 
 use common::{Mount, Scratch, fsck, is_mounted, wait_exit};
 
-/// PATH with the directory of the built `cairn` first, as mount.fuse3 looks it up there.
-fn path_with_cairn() -> String {
-    let bin = common::cairn_bin();
-    let dir = bin.parent().unwrap().display().to_string();
-    format!("{dir}:{}", std::env::var("PATH").unwrap_or_default())
+/// Where the link to the built `cairn` goes: mount(8) drops PATH from the environment of
+/// its helpers, and mount.fuse3 runs `cairn` through /bin/sh with the default PATH.
+const HELPER_LINK: &str = "/usr/local/sbin/cairn";
+
+/// A symlink from `HELPER_LINK` to the built binary, removed on drop.
+struct HelperLink;
+
+impl HelperLink {
+    /// Links the built binary; `None` (with the reason printed) when a real file is there.
+    fn new() -> Option<HelperLink> {
+        let link = Path::new(HELPER_LINK);
+        match fs::symlink_metadata(link) {
+            Ok(meta) if !meta.file_type().is_symlink() => {
+                eprintln!("skipped: {HELPER_LINK} is an installed cairn, not ours to replace");
+                return None;
+            }
+            Ok(_) => fs::remove_file(link).unwrap(),
+            Err(_) => fs::create_dir_all(link.parent().unwrap()).unwrap(),
+        }
+        std::os::unix::fs::symlink(common::cairn_bin(), link).unwrap();
+        Some(HelperLink)
+    }
+}
+
+impl Drop for HelperLink {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(HELPER_LINK);
+    }
 }
 
 fn mount_command(args: &[&str]) -> std::process::Output {
-    Command::new("mount")
-        .args(args)
-        .env("PATH", path_with_cairn())
-        .output()
-        .unwrap()
+    Command::new("mount").args(args).output().unwrap()
 }
 
 // `mount -t fuse.cairn` and an fstab line (through `mount -T FSTAB`) both mount with
@@ -35,6 +54,9 @@ fn mount_helper_and_fstab() {
         eprintln!("skipped: mount.fuse3 (package fuse3) is not installed");
         return;
     }
+    let Some(_link) = HelperLink::new() else {
+        return;
+    };
     let scratch = Scratch::new();
     let image = scratch.format("128M");
     let mnt = scratch.mountpoint();
@@ -94,8 +116,9 @@ fn write_synced(dir: &Path, name: &str, seed: u8, len: usize) -> Vec<u8> {
     data
 }
 
-// SIGKILL during a workload, then a new mount: recovery runs, fsck is clean and every
-// file fsynced before the kill is intact.
+// SIGKILL during a workload, then a new mount: a read-only mount refuses to skip
+// recovery, a read-write one runs it, fsck is clean and every file fsynced before the
+// kill is intact.
 #[test]
 fn sigkill_mid_workload_then_recovery() {
     let scratch = Scratch::new();
@@ -134,6 +157,11 @@ fn sigkill_mid_workload_then_recovery() {
     let _ = workload.wait();
     drop(mount);
     assert!(!is_mounted(&mnt), "the dead mount was not detached");
+    let refused = Mount::try_mount(&image, &mnt, "ro");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("needs recovery"), "{stderr}");
+    assert!(!is_mounted(&mnt));
     let mount = Mount::new(&image, &mnt, "");
     for (name, data) in &synced {
         let read = fs::read(mount.path(&format!("synced/{name}"))).unwrap();

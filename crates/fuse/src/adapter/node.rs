@@ -2,7 +2,8 @@
 
 use std::time::SystemTime;
 
-use cairn_fs::SetAttr;
+use cairn_fs::{RenameMode, SetAttr};
+use fuser::RenameFlags;
 
 use crate::convert::{permission_bits, time_or_now};
 
@@ -26,9 +27,44 @@ pub(super) fn set_attr(
     }
 }
 
+/// The rename mode of FUSE rename flags; `None` for whiteouts, unknown bits, or both
+/// exchange and no-replace (which rename(2) refuses with EINVAL).
+pub(super) fn rename_mode(flags: RenameFlags) -> Option<RenameMode> {
+    let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
+    if !known.contains(flags) {
+        return None;
+    }
+    match (
+        flags.contains(RenameFlags::RENAME_NOREPLACE),
+        flags.contains(RenameFlags::RENAME_EXCHANGE),
+    ) {
+        (false, false) => Some(RenameMode::Replace),
+        (true, false) => Some(RenameMode::NoReplace),
+        (false, true) => Some(RenameMode::Exchange),
+        (true, true) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Each rename(2) flag selects its mode; whiteouts and contradictions are refused.
+    #[test]
+    fn rename_flags_translate() {
+        assert_eq!(rename_mode(RenameFlags::empty()), Some(RenameMode::Replace));
+        assert_eq!(
+            rename_mode(RenameFlags::RENAME_NOREPLACE),
+            Some(RenameMode::NoReplace)
+        );
+        assert_eq!(
+            rename_mode(RenameFlags::RENAME_EXCHANGE),
+            Some(RenameMode::Exchange)
+        );
+        assert_eq!(rename_mode(RenameFlags::RENAME_WHITEOUT), None);
+        let both = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
+        assert_eq!(rename_mode(both), None);
+    }
 
     // Mode type bits are dropped, times and ids carried over.
     #[test]

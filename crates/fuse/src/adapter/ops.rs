@@ -8,14 +8,14 @@ use std::time::SystemTime;
 use cairn_fs::{Credentials, FileKind, FsError, OpenFile};
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, FopenFlags, INodeNo, KernelConfig,
-    LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 
 use super::CairnFs;
 use super::file::{copy_range, fopen_flags, open_mode};
-use super::node::set_attr;
+use super::node::{rename_mode, set_attr};
 use super::xattr::{is_reserved, reply_value};
 use crate::convert::{credentials, kind_of_mode, name_bytes, permission_bits};
 use crate::stats::Op;
@@ -169,6 +169,32 @@ impl fuser::Filesystem for CairnFs {
         match self.fs.symlink(parent, name_bytes(link_name), target, &who) {
             Ok(attr) => self.reply_entry(reply, &attr),
             Err(error) => reply.error(self.fail(Op::Symlink, &error)),
+        }
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let _timer = self.requests.start(Op::Rename);
+        let Some(mode) = rename_mode(flags) else {
+            reply.error(self.refuse(Op::Rename, errno(libc::EINVAL)));
+            return;
+        };
+        let (from, to) = (self.inode(parent), self.inode(newparent));
+        let (name, newname) = (name_bytes(name), name_bytes(newname));
+        match self
+            .fs
+            .rename(from, name, to, newname, mode, &credentials(req))
+        {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(self.fail(Op::Rename, &error)),
         }
     }
 
