@@ -85,6 +85,19 @@ const IGNORED: [&str; 12] = [
     "loop", "lazytime",
 ];
 
+/// Options that take a value.
+const VALUE_OPTIONS: [&str; 9] = [
+    "logmode",
+    "cache_size",
+    "allocsize",
+    "threads",
+    "max_write",
+    "attr_timeout",
+    "entry_timeout",
+    "logfile",
+    "fsname",
+];
+
 impl MountConfig {
     /// Parses comma-separated option lists (several `-o` arguments add up).
     pub fn parse<'a>(lists: impl IntoIterator<Item = &'a str>) -> Result<Self, OptionError> {
@@ -106,7 +119,10 @@ impl MountConfig {
             return Ok(());
         }
         let Some(value) = value else {
-            return Err(OptionError::MissingValue(name.to_string()));
+            return Err(match VALUE_OPTIONS.contains(&name) {
+                true => OptionError::MissingValue(name.to_string()),
+                false => OptionError::Unknown(name.to_string()),
+            });
         };
         self.apply_value(name, value)
     }
