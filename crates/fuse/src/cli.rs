@@ -25,8 +25,8 @@ use crate::stats::STATS_XATTR;
 #[command(
     name = "cairn",
     version,
-    about,
     args_conflicts_with_subcommands = true,
+    disable_help_subcommand = true,
     subcommand_negates_reqs = true,
     after_long_help = option_help_text()
 )]

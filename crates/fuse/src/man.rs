@@ -12,6 +12,8 @@ use crate::options::OPTION_HELP;
 
 /// One page: file name and the rendered roff text.
 fn render(command: clap::Command, extra: Option<Roff>) -> io::Result<Vec<u8>> {
+    // clap_mangen's version section needs a version (subcommands have none of their own).
+    let has_version = command.get_version().is_some();
     let man = Man::new(command).section("8").manual("cairn");
     let mut out = Vec::new();
     man.render_title(&mut out)?;
@@ -23,7 +25,9 @@ fn render(command: clap::Command, extra: Option<Roff>) -> io::Result<Vec<u8>> {
     if let Some(extra) = extra {
         extra.to_writer(&mut out)?;
     }
-    man.render_version_section(&mut out)?;
+    if has_version {
+        man.render_version_section(&mut out)?;
+    }
     Ok(out)
 }
 
@@ -45,24 +49,46 @@ fn mount_options_section() -> Roff {
     roff
 }
 
-/// The pages: (file name, text).
-pub fn pages() -> io::Result<Vec<(&'static str, Vec<u8>)>> {
-    let cairn = render(crate::cli::Args::command(), Some(mount_options_section()))?;
-    let mkfs = render(cairn_mkfs::cli::Args::command(), None)?;
-    let fsck = render(cairn_fsck::cli::Args::command(), None)?;
-    Ok(vec![
-        ("cairn.8", cairn),
-        ("mkfs.cairn.8", mkfs),
-        ("fsck.cairn.8", fsck),
-    ])
+/// Subcommands of cairn and the names of their pages.
+const SUBCOMMAND_PAGES: [(&str, &str); 2] = [("stats", "cairn-stats"), ("man", "cairn-man")];
+
+/// The pages: (file name, text). Each subcommand of cairn gets a page of its own
+/// (`cairn-stats.8`), as the SUBCOMMANDS section of cairn(8) refers to them.
+pub fn pages() -> io::Result<Vec<(String, Vec<u8>)>> {
+    let command = crate::cli::Args::command();
+    let mut pages = Vec::new();
+    for sub in command.get_subcommands() {
+        let Some((_, name)) = SUBCOMMAND_PAGES.iter().find(|(n, _)| *n == sub.get_name()) else {
+            return Err(io::Error::other(format!(
+                "no page name for '{}'",
+                sub.get_name()
+            )));
+        };
+        let sub = sub.clone().name(*name).version(env!("CARGO_PKG_VERSION"));
+        let page = render(sub, None)?;
+        pages.push((format!("{name}.8"), page));
+    }
+    pages.push((
+        "cairn.8".to_string(),
+        render(command, Some(mount_options_section()))?,
+    ));
+    pages.push((
+        "mkfs.cairn.8".to_string(),
+        render(cairn_mkfs::cli::Args::command(), None)?,
+    ));
+    pages.push((
+        "fsck.cairn.8".to_string(),
+        render(cairn_fsck::cli::Args::command(), None)?,
+    ));
+    Ok(pages)
 }
 
 /// Writes every page into `dir`; returns the file names written.
-pub fn write_all(dir: &Path) -> io::Result<Vec<&'static str>> {
+pub fn write_all(dir: &Path) -> io::Result<Vec<String>> {
     std::fs::create_dir_all(dir)?;
     let mut written = Vec::new();
     for (name, text) in pages()? {
-        std::fs::write(dir.join(name), text)?;
+        std::fs::write(dir.join(&name), text)?;
         written.push(name);
     }
     Ok(written)
@@ -86,5 +112,6 @@ mod tests {
         assert!(cairn.contains("stats"));
         assert!(text("mkfs.cairn.8").contains("block\\-size"));
         assert!(text("fsck.cairn.8").contains("no\\-modify"));
+        assert!(text("cairn-stats.8").contains("MOUNTPOINT"));
     }
 }
