@@ -4,8 +4,12 @@
 //! and positions), against a plain by-block span search implemented here as the reference;
 //! frees and the busy-extent check under the same layout.
 //!
-//! Besides criterion's timings, the fragmented run prints per-allocation time (median, p99,
-//! max), free-space records visited, and distance from the target (median, p90).
+//! Besides criterion's timings, the fragmented run prints per-operation time (median, p99,
+//! max), free-space records visited, and distance from the target (median, p90), in rounds
+//! that interleave our search with the reference. Wall-clock maxima on a shared machine are
+//! mostly scheduling, so each operation also records deterministic work counters (the
+//! allocator's `OpCounters`, buffer-cache misses) and the time the thread spent waiting for a
+//! CPU (`/proc/thread-self/schedstat`); the slowest operations are printed with them.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -13,7 +17,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cairn_alloc::{Allocator, BusyExtents, LogSequence, Mode, Request};
+use cairn_alloc::{Allocator, BusyExtents, LogSequence, Mode, OpCounters, Request};
 use cairn_blockdev::{AlignedBuf, BlockDevice, DeviceError};
 use cairn_btree::{BnoCodec, Btree, Buffers, CacheContext, Lookup, TreeSpec};
 use cairn_bufcache::{BufferCache, CacheConfig, HeaderOps, ReadSpec};
@@ -26,7 +30,16 @@ const UUID: [u8; 16] = [3; 16];
 const BLOCK: u32 = 4096;
 const AG_BLOCKS: u64 = 1 << 26;
 const EXTENTS: u32 = 1_000_000;
-const SAMPLES: usize = 20_000;
+/// Used gaps between free extents are 1..=GAP_MAX blocks: with lengths 1..=64 the 1,000,000
+/// extents then spread over about 66 M of the AG's 67 M blocks, so random targets land among
+/// them (with gaps of 1..=8 they covered only the first 37 M blocks).
+const GAP_MAX: u64 = 66;
+/// Interleaved rounds (ours, then the reference) and samples per round.
+const ROUNDS: usize = 5;
+const ROUND_SAMPLES: usize = 4_000;
+/// Free extents made busy (freed again by a commit not yet durable) for the busy phase.
+const BUSY_EXTENTS: usize = 250_000;
+const BUSY_SAMPLES: usize = 5_000;
 
 /// A sparse in-memory device: only written blocks take memory (the bench AG spans 64 GiB).
 #[derive(Debug, Default)]
@@ -144,8 +157,8 @@ fn format_fs() -> Fs {
     }
 }
 
-/// AG 0 made of `EXTENTS` free extents of 1..=64 blocks separated by used gaps of 1..=8,
-/// freed in random order (so both trees are built by random inserts).
+/// AG 0 made of `EXTENTS` free extents of 1..=64 blocks separated by used gaps of
+/// 1..=`GAP_MAX`, freed in random order (so both trees are built by random inserts).
 fn fragment(fs: &Fs) -> Vec<(u64, u32)> {
     let mut ctx = CacheContext::new(&fs.cache);
     let whole = Request::near(FsBlock(0), 1, u32::MAX >> 1).with_mode(Mode::Size);
@@ -164,7 +177,7 @@ fn fragment(fs: &Fs) -> Vec<(u64, u32)> {
             break;
         }
         pieces.push((at, length));
-        at += u64::from(length) + 1 + rng.below(8);
+        at += u64::from(length) + 1 + rng.below(GAP_MAX);
     }
     for i in (1..pieces.len()).rev() {
         pieces.swap(i, rng.below(i as u64 + 1) as usize);
@@ -241,8 +254,11 @@ fn bno_tree<'c, B: Buffers<'c>>(ctx: &mut B, fs: &Fs) -> Btree<BnoCodec> {
     Btree::open(tree_spec, u64::from(agf.bno_root.0), agf.bno_levels).unwrap()
 }
 
-/// Summary line: median, p99, max of `values`.
+/// Quantiles of `values`: median, p90, p99, max.
 fn summary(values: &mut [u64]) -> (u64, u64, u64, u64) {
+    if values.is_empty() {
+        return (0, 0, 0, 0);
+    }
     values.sort_unstable();
     let at = |q: f64| values[((values.len() - 1) as f64 * q) as usize];
     (at(0.5), at(0.9), at(0.99), values[values.len() - 1])
@@ -256,71 +272,329 @@ fn distance(start: u64, length: u32, target: u64) -> u64 {
     }
 }
 
-/// Allocates and frees back `SAMPLES` random near requests, timing each allocation.
-fn measure_ours(fs: &Fs, rng: &mut Rng) {
-    let (mut times, mut visits, mut distances) = (Vec::new(), Vec::new(), Vec::new());
-    for n in 0..SAMPLES {
+/// This thread's time on a CPU and waiting for one, in ns (`/proc/thread-self/schedstat`).
+fn sched() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    let mut fields = text.split_whitespace().map(|f| f.parse().unwrap_or(0));
+    (fields.next().unwrap_or(0), fields.next().unwrap_or(0))
+}
+
+/// One measured operation: wall time, its work, and what the scheduler did meanwhile.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    time_ns: u64,
+    /// Records visited (the allocator's count, or the span search's).
+    records: u64,
+    distance: u64,
+    counters: OpCounters,
+    cache_misses: u64,
+    cache_reads: u64,
+    /// Time spent waiting for a CPU across the operation (0: never descheduled).
+    wait_ns: u64,
+}
+
+/// Runs `op` and fills in time, cache and scheduler figures; `op` fills in the rest.
+fn measured(fs: &Fs, op: impl FnOnce(&mut Sample)) -> Sample {
+    let mut sample = Sample::default();
+    let cache_before = fs.cache.stats();
+    let (_, wait_before) = sched();
+    let started = Instant::now();
+    op(&mut sample);
+    sample.time_ns = started.elapsed().as_nanos() as u64;
+    let (_, wait_after) = sched();
+    let cache_after = fs.cache.stats();
+    sample.wait_ns = wait_after - wait_before;
+    sample.cache_misses = cache_after.misses - cache_before.misses;
+    sample.cache_reads = cache_after.reads - cache_before.reads;
+    sample
+}
+
+/// `count` random near requests with our search; each allocation is freed back. Returns the
+/// allocation samples and the free samples.
+fn measure_ours(fs: &Fs, rng: &mut Rng, count: usize) -> (Vec<Sample>, Vec<Sample>) {
+    let (mut allocs, mut frees) = (Vec::new(), Vec::new());
+    for n in 0..count {
         let mut ctx = CacheContext::new(&fs.cache);
         let target = FsBlock(8 + rng.below(AG_BLOCKS - 16));
         let length = 1 + rng.below(64) as u32;
-        let started = Instant::now();
-        let got = fs
-            .alloc
-            .allocate(&mut ctx, &fs.log, &Request::near(target, length, length));
-        times.push(started.elapsed().as_nanos() as u64);
-        let got = got.unwrap().unwrap();
-        visits.push(fs.alloc.stats().last_records_visited);
-        distances.push(distance(got.fs_start.0, got.length, target.0));
-        fs.alloc
-            .free(&mut ctx, &fs.log, got.fs_start, got.length, n as u64)
-            .unwrap();
+        let request = Request::near(target, length, length);
+        let mut got = None;
+        allocs.push(measured(fs, |s| {
+            let (found, counters) = fs
+                .alloc
+                .allocate_traced(&mut ctx, &fs.log, &request)
+                .unwrap();
+            let found = found.unwrap();
+            (s.counters, s.records) = (counters, counters.records_visited);
+            s.distance = distance(found.fs_start.0, found.length, target.0);
+            got = Some(found);
+        }));
+        let got = got.unwrap();
+        ctx.release_all();
+        frees.push(measured(fs, |s| {
+            s.counters = fs
+                .alloc
+                .free_traced(&mut ctx, &fs.log, got.fs_start, got.length, n as u64)
+                .unwrap();
+            s.records = s.counters.records_visited;
+        }));
     }
-    report(
-        "near (combined search)",
-        &mut times,
-        &mut visits,
-        &mut distances,
-    );
+    (allocs, frees)
 }
 
-fn measure_span(fs: &Fs, rng: &mut Rng) {
-    let (mut times, mut visits, mut distances) = (Vec::new(), Vec::new(), Vec::new());
-    for n in 0..SAMPLES {
+/// The same requests through the reference span search, then an exact allocation there.
+fn measure_span(fs: &Fs, rng: &mut Rng, count: usize) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    for n in 0..count {
         let mut ctx = CacheContext::new(&fs.cache);
         let target = 8 + rng.below(AG_BLOCKS - 16);
         let length = 1 + rng.below(64) as u32;
-        let started = Instant::now();
-        let tree = bno_tree(&mut ctx, fs);
-        let (start, visited) = span_search(&mut ctx, &tree, target as u32, length).unwrap();
-        let exact = Request::near(FsBlock(u64::from(start)), length, length).with_mode(Mode::Exact);
-        let got = fs
-            .alloc
-            .allocate(&mut ctx, &fs.log, &exact)
-            .unwrap()
-            .unwrap();
-        times.push(started.elapsed().as_nanos() as u64);
-        visits.push(visited);
-        distances.push(distance(got.fs_start.0, got.length, target));
+        let mut got = None;
+        samples.push(measured(fs, |s| {
+            let tree = bno_tree(&mut ctx, fs);
+            let (start, visited) = span_search(&mut ctx, &tree, target as u32, length).unwrap();
+            let at = FsBlock(u64::from(start));
+            let exact = Request::near(at, length, length).with_mode(Mode::Exact);
+            let (found, counters) = fs.alloc.allocate_traced(&mut ctx, &fs.log, &exact).unwrap();
+            let found = found.unwrap();
+            (s.counters, s.records) = (counters, visited);
+            s.distance = distance(found.fs_start.0, found.length, target);
+            got = Some(found);
+        }));
+        let got = got.unwrap();
         fs.alloc
             .free(&mut ctx, &fs.log, got.fs_start, got.length, n as u64)
             .unwrap();
     }
-    report(
-        "span search (reference)",
-        &mut times,
-        &mut visits,
-        &mut distances,
+    samples
+}
+
+/// One summary line: time, records and distance quantiles, and how many operations were
+/// descheduled (waited for a CPU) and the slowest of those that were not.
+fn report(name: &str, samples: &[Sample]) {
+    let mut times: Vec<u64> = samples.iter().map(|s| s.time_ns).collect();
+    let mut records: Vec<u64> = samples.iter().map(|s| s.records).collect();
+    let mut distances: Vec<u64> = samples.iter().map(|s| s.distance).collect();
+    let (t50, _, t99, tmax) = summary(&mut times);
+    let (r50, _, r99, rmax) = summary(&mut records);
+    let (d50, d90, _, _) = summary(&mut distances);
+    let waited = samples.iter().filter(|s| s.wait_ns > 0).count();
+    let calm_max = samples
+        .iter()
+        .filter(|s| s.wait_ns == 0)
+        .map(|s| s.time_ns)
+        .max()
+        .unwrap_or(0);
+    println!(
+        "{name}: n {} time ns median {t50} p99 {t99} max {tmax} (max undisturbed {calm_max}, \
+         {waited} descheduled); records median {r50} p99 {r99} max {rmax}; distance median \
+         {d50} p90 {d90}",
+        samples.len()
     );
 }
 
-fn report(name: &str, times: &mut [u64], visits: &mut [u64], distances: &mut [u64]) {
-    let (t50, _, t99, tmax) = summary(times);
-    let (v50, _, v99, vmax) = summary(visits);
-    let (d50, d90, _, _) = summary(distances);
+/// The `count` slowest operations with their work counters, to tell work from noise.
+fn report_slowest(name: &str, samples: &[Sample], count: usize) {
+    let mut sorted: Vec<&Sample> = samples.iter().collect();
+    sorted.sort_by_key(|s| std::cmp::Reverse(s.time_ns));
+    for s in sorted.iter().take(count) {
+        let c = &s.counters;
+        println!(
+            "  slowest {name}: {} ns, waited {} ns; records {} busy {} rounds {} caps {}; \
+             refills {} (+{} -{} blocks), tree blocks +{} -{}, cleared {}, forces {}; cache \
+             misses {} reads {}",
+            s.time_ns,
+            s.wait_ns,
+            s.records,
+            c.busy_ranges_visited,
+            c.near_rounds,
+            c.near_round_caps,
+            c.free_list_refills,
+            c.free_list_blocks_added,
+            c.free_list_blocks_returned,
+            c.tree_blocks_taken,
+            c.tree_blocks_freed,
+            c.busy_cleared,
+            c.log_forces,
+            s.cache_misses,
+            s.cache_reads
+        );
+    }
+}
+
+/// Medians of the work counters, for comparison with the slowest operations.
+fn report_typical(name: &str, samples: &[Sample]) {
+    let median = |f: &dyn Fn(&Sample) -> u64| {
+        let mut v: Vec<u64> = samples.iter().map(f).collect();
+        summary(&mut v).0
+    };
+    let share = |f: &dyn Fn(&Sample) -> bool| samples.iter().filter(|s| f(s)).count();
     println!(
-        "{name}: time ns median {t50} p99 {t99} max {tmax}; records median {v50} p99 {v99} \
-         max {vmax}; distance median {d50} p90 {d90}"
+        "  typical {name}: records {} rounds {}; ops with refills {}, tree splits {}, tree \
+         merges {}, cache misses {}, round caps {}",
+        median(&|s| s.records),
+        median(&|s| s.counters.near_rounds),
+        share(&|s| s.counters.free_list_refills > 0),
+        share(&|s| s.counters.tree_blocks_taken > 0),
+        share(&|s| s.counters.tree_blocks_freed > 0),
+        share(&|s| s.cache_misses > 0),
+        share(&|s| s.counters.near_round_caps > 0),
     );
+}
+
+/// Interleaved rounds of our search and the reference on the same requests, per-round lines
+/// and then pooled figures.
+fn compare_near(fs: &Fs) {
+    let (mut ours, mut frees, mut span) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let seed = 7 + round as u64;
+        let (a, f) = measure_ours(fs, &mut Rng(seed), ROUND_SAMPLES);
+        let s = measure_span(fs, &mut Rng(seed), ROUND_SAMPLES);
+        report(&format!("round {round} near (combined search)"), &a);
+        report(&format!("round {round} span search (reference)"), &s);
+        ours.extend(a);
+        frees.extend(f);
+        span.extend(s);
+    }
+    report("all rounds near (combined search)", &ours);
+    report_typical("near", &ours);
+    report_slowest("near", &ours, 5);
+    report("all rounds span search (reference)", &span);
+    report_slowest("span", &span, 3);
+    report("free (after each near allocation)", &frees);
+    report_typical("free", &frees);
+    report_slowest("free", &frees, 3);
+}
+
+/// Frees of isolated extents (used on both sides, so no merge) and exact re-allocations of
+/// them: random layout extents, taken out untimed first. Extents the free list has since
+/// taken blocks from are skipped.
+fn free_and_exact(fs: &Fs, pieces: &[(u64, u32)]) {
+    let (mut frees, mut allocs) = (Vec::new(), Vec::new());
+    let mut rng = Rng(23);
+    for n in 0..ROUND_SAMPLES * 2 {
+        let (start, length) = pieces[rng.below(pieces.len() as u64) as usize];
+        let mut ctx = CacheContext::new(&fs.cache);
+        let exact = Request::near(FsBlock(start), length, length).with_mode(Mode::Exact);
+        if fs
+            .alloc
+            .allocate(&mut ctx, &fs.log, &exact)
+            .unwrap()
+            .is_none()
+        {
+            continue;
+        }
+        ctx.release_all();
+        frees.push(measured(fs, |s| {
+            s.counters = fs
+                .alloc
+                .free_traced(&mut ctx, &fs.log, FsBlock(start), length, n as u64)
+                .unwrap();
+            s.records = s.counters.records_visited;
+        }));
+        ctx.release_all();
+        allocs.push(measured(fs, |s| {
+            let (found, counters) = fs.alloc.allocate_traced(&mut ctx, &fs.log, &exact).unwrap();
+            assert!(found.is_some(), "the extent just freed is free");
+            (s.counters, s.records) = (counters, counters.records_visited);
+        }));
+        fs.alloc
+            .free(&mut ctx, &fs.log, FsBlock(start), length, n as u64)
+            .unwrap();
+    }
+    report("free (isolated extent)", &frees);
+    report_slowest("free isolated", &frees, 3);
+    report("exact re-allocation", &allocs);
+    report_slowest("exact", &allocs, 3);
+}
+
+/// Near allocations while `BUSY_EXTENTS` of the free extents are busy (freed by a commit
+/// not yet durable): candidates are trimmed around them. Then the log catches up and the
+/// next allocation drops every busy range at once.
+fn busy_phase(fs: &Fs, pieces: &[(u64, u32)]) {
+    let busy_sequence = fs.log.durable.get() + 1;
+    let mut rng = Rng(31);
+    let mut ctx = CacheContext::new(&fs.cache);
+    // Distinct extents (the layout is in random order): an exact request on a busy one would
+    // force the log and clear them all.
+    for (start, length) in pieces.iter().take(BUSY_EXTENTS).copied() {
+        let exact = Request::near(FsBlock(start), length, length).with_mode(Mode::Exact);
+        if fs
+            .alloc
+            .allocate(&mut ctx, &fs.log, &exact)
+            .unwrap()
+            .is_some()
+        {
+            let at = FsBlock(start);
+            fs.alloc
+                .free(&mut ctx, &fs.log, at, length, busy_sequence)
+                .unwrap();
+        }
+        ctx.release_all();
+    }
+    let busy_count = fs.alloc.busy_extents(cairn_format::AgNumber(0)).len();
+    let mut samples = Vec::new();
+    for _ in 0..BUSY_SAMPLES {
+        let target = FsBlock(8 + rng.below(AG_BLOCKS - 16));
+        let length = 1 + rng.below(64) as u32;
+        let request = Request::near(target, length, length);
+        let mut got = None;
+        samples.push(measured(fs, |s| {
+            let (found, counters) = fs
+                .alloc
+                .allocate_traced(&mut ctx, &fs.log, &request)
+                .unwrap();
+            let found = found.unwrap();
+            (s.counters, s.records) = (counters, counters.records_visited);
+            s.distance = distance(found.fs_start.0, found.length, target.0);
+            got = Some(found);
+        }));
+        let got = got.unwrap();
+        fs.alloc
+            .free(&mut ctx, &fs.log, got.fs_start, got.length, busy_sequence)
+            .unwrap();
+        ctx.release_all();
+    }
+    println!("busy phase: {busy_count} busy ranges in AG 0");
+    report("near with busy ranges", &samples);
+    report_typical("near busy", &samples);
+    report_slowest("near busy", &samples, 3);
+    fs.log.durable.set(busy_sequence);
+    let request = Request::near(FsBlock(AG_BLOCKS / 2), 8, 8);
+    let clearing = measured(fs, |s| {
+        let (_, counters) = fs
+            .alloc
+            .allocate_traced(&mut ctx, &fs.log, &request)
+            .unwrap();
+        (s.counters, s.records) = (counters, counters.records_visited);
+    });
+    report_slowest("allocation clearing the busy ranges", &[clearing], 1);
+    fs.log.durable.set(u64::MAX >> 1);
+}
+
+/// `BusyExtents::trim` of random 128-block ranges against one busy range per layout extent.
+fn busy_trim(pieces: &[(u64, u32)]) -> BusyExtents {
+    let mut busy = BusyExtents::new();
+    for (n, (start, length)) in pieces.iter().enumerate() {
+        busy.insert(*start as u32, *length, n as u64);
+    }
+    let mut rng = Rng(41);
+    let (mut times, mut visits) = (Vec::new(), Vec::new());
+    for _ in 0..ROUND_SAMPLES * 5 {
+        let mut visited = 0;
+        let start = rng.below(AG_BLOCKS - 128) as u32;
+        let started = Instant::now();
+        black_box(busy.trim(start, 128, &mut visited));
+        times.push(started.elapsed().as_nanos() as u64);
+        visits.push(visited);
+    }
+    let (t50, _, t99, tmax) = summary(&mut times);
+    let (v50, _, v99, vmax) = summary(&mut visits);
+    println!(
+        "busy trim (1M busy ranges): time ns median {t50} p99 {t99} max {tmax}; ranges \
+         visited median {v50} p99 {v99} max {vmax}"
+    );
+    busy
 }
 
 fn benches(c: &mut Criterion) {
@@ -348,8 +622,10 @@ fn benches(c: &mut Criterion) {
         pieces.len(),
         started.elapsed()
     );
-    measure_ours(&fs, &mut Rng(7));
-    measure_span(&fs, &mut Rng(7));
+    compare_near(&fs);
+    free_and_exact(&fs, &pieces);
+    let busy = busy_trim(&pieces);
+    busy_phase(&fs, &pieces);
     let mut rng = Rng(11);
     c.bench_function("alloc/near/1M_free", |b| {
         b.iter(|| {
@@ -385,20 +661,14 @@ fn benches(c: &mut Criterion) {
             let (start, length) = pieces[index % pieces.len()];
             index += 1;
             let exact = Request::near(FsBlock(start), length, length).with_mode(Mode::Exact);
-            let got = fs
-                .alloc
-                .allocate(&mut ctx, &fs.log, &exact)
-                .unwrap()
-                .unwrap();
-            fs.alloc
-                .free(&mut ctx, &fs.log, got.fs_start, got.length, 0)
-                .unwrap();
+            // The free list may have taken blocks of this extent since the layout was built.
+            if let Some(got) = fs.alloc.allocate(&mut ctx, &fs.log, &exact).unwrap() {
+                fs.alloc
+                    .free(&mut ctx, &fs.log, got.fs_start, got.length, 0)
+                    .unwrap();
+            }
         })
     });
-    let mut busy = BusyExtents::new();
-    for (n, (start, length)) in pieces.iter().enumerate() {
-        busy.insert(*start as u32, *length, n as u64);
-    }
     c.bench_function("alloc/busy_trim/1M_busy", |b| {
         b.iter(|| {
             let mut visited = 0;

@@ -12,6 +12,7 @@ use cairn_format::types::NULL_AG_BLOCK;
 use cairn_format::{AgBlock, AgNumber, Agf, FsBlock, Geometry, MetaKind, OnDisk};
 
 use crate::AllocError;
+use crate::counters::OpCounters;
 
 static AGF_OPS: HeaderOps = HeaderOps::new(MetaKind::Agf);
 static AGFL_OPS: HeaderOps = HeaderOps::new(MetaKind::Agfl);
@@ -36,6 +37,8 @@ pub(crate) struct AgCtx<'x, B> {
     pub agf: Agf,
     pub geometry: Geometry,
     pub uuid: [u8; 16],
+    /// Work done in this AG by this operation.
+    pub counters: OpCounters,
 }
 
 impl<'x, 'c, B: Buffers<'c>> AgCtx<'x, B> {
@@ -57,6 +60,10 @@ impl<'x, 'c, B: Buffers<'c>> AgCtx<'x, B> {
             agf: decoded,
             geometry: *geometry,
             uuid,
+            counters: OpCounters {
+                ags_tried: 1,
+                ..OpCounters::default()
+            },
         })
     }
 
@@ -238,6 +245,7 @@ impl<'c, B: Buffers<'c>> TreeContext<'c> for AgCtx<'_, B> {
                 .ok_or_else(|| TreeError::NoSpace {
                     why: format!("AG {} free list is empty", self.ag().0),
                 })?;
+        self.counters.tree_blocks_taken += 1;
         let used = self.agf.btree_blocks + 1;
         self.set_field(field::BTREE_BLOCKS, used)
             .map_err(tree_error)?;
@@ -247,6 +255,7 @@ impl<'c, B: Buffers<'c>> TreeContext<'c> for AgCtx<'_, B> {
     fn free_block(&mut self, block: FsBlock) -> Result<(), TreeError> {
         let ag_block = self.geometry.ag_block_of(block).0;
         self.push_free_list(ag_block).map_err(tree_error)?;
+        self.counters.tree_blocks_freed += 1;
         let used = self.agf.btree_blocks.saturating_sub(1);
         self.set_field(field::BTREE_BLOCKS, used)
             .map_err(tree_error)

@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 use crate::AllocError;
 use crate::ag::AgCtx;
 use crate::busy::{BusyExtents, LogSequence};
+use crate::counters::OpCounters;
 use crate::request::{Allocation, Mode, Request};
 use crate::search::{Search, by_size, exact, near};
 use crate::space::{AgSpace, free_list_need};
@@ -32,6 +33,7 @@ struct Stats {
     last_records_visited: AtomicU64,
     log_forces: AtomicU64,
     busy_retries: AtomicU64,
+    near_round_caps: AtomicU64,
 }
 
 /// A snapshot of the allocator's counters.
@@ -46,6 +48,8 @@ pub struct AllocStats {
     pub last_records_visited: u64,
     pub log_forces: u64,
     pub busy_retries: u64,
+    /// Near searches ended by `NEAR_ROUNDS_MAX` instead of their own bounds (should stay 0).
+    pub near_round_caps: u64,
 }
 
 /// The extent allocator of one filesystem.
@@ -83,6 +87,7 @@ impl Allocator {
             last_records_visited: load(&self.stats.last_records_visited),
             log_forces: load(&self.stats.log_forces),
             busy_retries: load(&self.stats.busy_retries),
+            near_round_caps: load(&self.stats.near_round_caps),
         }
     }
 
@@ -115,23 +120,34 @@ impl Allocator {
         log: &dyn LogSequence,
         request: &Request,
     ) -> Result<Option<Allocation>, AllocError> {
+        self.allocate_traced(bufs, log, request)
+            .map(|(found, _)| found)
+    }
+
+    /// `allocate`, also returning the work it did (for benchmarks and slow-path diagnosis).
+    pub fn allocate_traced<'c, B: Buffers<'c>>(
+        &self,
+        bufs: &mut B,
+        log: &dyn LogSequence,
+        request: &Request,
+    ) -> Result<(Option<Allocation>, OpCounters), AllocError> {
         request.validate()?;
         let (first, wrapped) = self.ag_order(request);
-        let mut locked_any = false;
+        let mut counters = OpCounters::default();
         for ag in first {
-            if let Some(found) = self.try_ag(bufs, log, request, ag, &mut locked_any)? {
-                return Ok(Some(found));
+            if let Some(found) = self.try_ag(bufs, log, request, ag, &mut counters)? {
+                return Ok((Some(found), counters));
             }
         }
-        if !locked_any && request.mode != Mode::Exact {
+        if counters.ags_tried == 0 && request.mode != Mode::Exact {
             for ag in wrapped {
-                if let Some(found) = self.try_ag(bufs, log, request, ag, &mut locked_any)? {
-                    return Ok(Some(found));
+                if let Some(found) = self.try_ag(bufs, log, request, ag, &mut counters)? {
+                    return Ok((Some(found), counters));
                 }
             }
         }
         self.stats.failures.fetch_add(1, Ordering::Relaxed);
-        Ok(None)
+        Ok((None, counters))
     }
 
     fn try_ag<'c, B: Buffers<'c>>(
@@ -140,7 +156,7 @@ impl Allocator {
         log: &dyn LogSequence,
         request: &Request,
         ag: u32,
-        locked_any: &mut bool,
+        counters: &mut OpCounters,
     ) -> Result<Option<Allocation>, AllocError> {
         let Some(state) = self.ags.get(ag as usize) else {
             return Ok(None);
@@ -149,13 +165,12 @@ impl Allocator {
         if state.longest_hint.is_some_and(|l| l < request.min_len) {
             return Ok(None);
         }
-        *locked_any = true;
-        let found = self.allocate_in(bufs, log, request, AgNumber(ag), &mut state)?;
-        Ok(found)
+        self.allocate_in(bufs, log, request, AgNumber(ag), &mut state, counters)
     }
 
     /// One AG: refill the free list, search, and carve the winner out of both trees. If busy
-    /// ranges cost every candidate, force the log once and search again.
+    /// ranges cost every candidate, force the log once and search again. The AG's work is
+    /// added to `counters` (the AG counts as tried even when this fails).
     fn allocate_in<'c, B: Buffers<'c>>(
         &self,
         bufs: &mut B,
@@ -163,45 +178,77 @@ impl Allocator {
         request: &Request,
         ag: AgNumber,
         state: &mut AgState,
+        counters: &mut OpCounters,
     ) -> Result<Option<Allocation>, AllocError> {
-        state.busy.clear_durable(log.durable_sequence());
+        let cleared = state.busy.clear_durable(log.durable_sequence()) as u64;
         let mut ctx = AgCtx::open(bufs, &self.geometry, self.uuid, ag)?;
-        let mut space = AgSpace::open(&ctx)?;
-        if !self.fill_free_list(&mut ctx, &mut space, state, log)? {
-            state.longest_hint = Some(ctx.agf.longest_free);
+        ctx.counters.busy_cleared += cleared;
+        let result = self.search_and_carve(&mut ctx, log, request, state);
+        counters.add(&ctx.counters);
+        state.longest_hint = Some(ctx.agf.longest_free);
+        result
+    }
+
+    fn search_and_carve<'c, B: Buffers<'c>>(
+        &self,
+        ctx: &mut AgCtx<'_, B>,
+        log: &dyn LogSequence,
+        request: &Request,
+        state: &mut AgState,
+    ) -> Result<Option<Allocation>, AllocError> {
+        let mut space = AgSpace::open(ctx)?;
+        if !self.fill_free_list(ctx, &mut space, state, log)? {
             return Ok(None);
         }
         let mut forced = false;
-        let result = loop {
-            let mut search = self.search(&mut ctx, &space, request, &state.busy)?;
-            self.count_visits(search.records_visited);
+        loop {
+            let mut search = self.search(ctx, &space, request, &state.busy)?;
+            self.count_search(ctx, &search);
             if let Some(found) = search.best.take() {
-                space.carve(
-                    &mut ctx,
-                    found.record,
-                    found.place.start,
-                    found.place.length,
-                )?;
+                let place = found.place;
+                space.carve(ctx, found.record, place.start, place.length)?;
                 self.stats.allocations.fetch_add(1, Ordering::Relaxed);
-                break Some(Allocation {
-                    ag,
-                    start: found.place.start,
-                    length: found.place.length,
-                    fs_start: ctx.fs_block(found.place.start),
-                });
+                return Ok(Some(Allocation {
+                    ag: ctx.ag(),
+                    start: place.start,
+                    length: place.length,
+                    fs_start: ctx.fs_block(place.start),
+                }));
             }
             let Some(sequence) = search.busy_sequence.filter(|_| !forced) else {
-                break None;
+                return Ok(None);
             };
             forced = true;
-            self.stats.log_forces.fetch_add(1, Ordering::Relaxed);
-            log.force(sequence)
-                .map_err(|what| AllocError::LogForce { sequence, what })?;
-            state.busy.clear_durable(log.durable_sequence());
+            self.force_log(ctx, log, sequence)?;
+            let cleared = state.busy.clear_durable(log.durable_sequence()) as u64;
+            ctx.counters.busy_cleared += cleared;
             self.stats.busy_retries.fetch_add(1, Ordering::Relaxed);
-        };
-        state.longest_hint = Some(ctx.agf.longest_free);
-        Ok(result)
+        }
+    }
+
+    fn force_log<'c, B: Buffers<'c>>(
+        &self,
+        ctx: &mut AgCtx<'_, B>,
+        log: &dyn LogSequence,
+        sequence: u64,
+    ) -> Result<(), AllocError> {
+        ctx.counters.log_forces += 1;
+        self.stats.log_forces.fetch_add(1, Ordering::Relaxed);
+        log.force(sequence)
+            .map_err(|what| AllocError::LogForce { sequence, what })
+    }
+
+    /// Adds one search's work to the operation's counters and the allocator's statistics.
+    fn count_search<'c, B: Buffers<'c>>(&self, ctx: &mut AgCtx<'_, B>, search: &Search<'_>) {
+        self.count_visits(search.records_visited);
+        let counters = &mut ctx.counters;
+        counters.records_visited += search.records_visited;
+        counters.busy_ranges_visited += search.busy_visited;
+        counters.near_rounds += search.rounds;
+        if search.round_cap_reached {
+            counters.near_round_caps += 1;
+            self.stats.near_round_caps.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn count_visits(&self, visited: u64) {
@@ -252,6 +299,19 @@ impl Allocator {
         length: u32,
         sequence: u64,
     ) -> Result<(), AllocError> {
+        self.free_traced(bufs, log, start, length, sequence)
+            .map(|_| ())
+    }
+
+    /// `free`, also returning the work it did.
+    pub fn free_traced<'c, B: Buffers<'c>>(
+        &self,
+        bufs: &mut B,
+        log: &dyn LogSequence,
+        start: FsBlock,
+        length: u32,
+        sequence: u64,
+    ) -> Result<OpCounters, AllocError> {
         let ag = self.geometry.ag_of(start);
         let ag_start = self.geometry.ag_block_of(start).0;
         let bad = |why| AllocError::BadFree {
@@ -266,7 +326,9 @@ impl Allocator {
             return Err(bad("empty or crosses the AG's end"));
         }
         let mut state = state.lock();
+        let cleared = state.busy.clear_durable(log.durable_sequence()) as u64;
         let mut ctx = AgCtx::open(bufs, &self.geometry, self.uuid, ag)?;
+        ctx.counters.busy_cleared += cleared;
         let mut space = AgSpace::open(&ctx)?;
         // Merging into the trees can split blocks, so the free list is topped up first. A full
         // AG may not manage that; the free then fails only if a split really needs a block.
@@ -276,14 +338,16 @@ impl Allocator {
         trim_free_list(&mut ctx, &mut space, &mut state.busy, sequence)?;
         state.longest_hint = Some(ctx.agf.longest_free);
         self.stats.frees.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        Ok(ctx.counters)
     }
 }
 
 impl Allocator {
-    /// Tops the free list up to what the worst split chain of both trees needs, with single
-    /// non-busy blocks taken by size (smallest extents first). When only busy blocks are
-    /// left, forces the log once so they become usable. False if the AG still cannot.
+    /// Tops the free list up to what the worst split chain of both trees needs. Each refill
+    /// takes the whole shortfall in one by-size allocation (the smallest extent that holds it,
+    /// busy ranges trimmed), so a refill is one search and one carve, not one per block. When
+    /// only busy space is left, forces the log once so it becomes usable. False if the AG
+    /// still cannot.
     fn fill_free_list<'c, B: Buffers<'c>>(
         &self,
         ctx: &mut AgCtx<'_, B>,
@@ -292,28 +356,52 @@ impl Allocator {
         log: &dyn LogSequence,
     ) -> Result<bool, AllocError> {
         let mut forced = false;
-        while ctx.agf.free_list_count < free_list_need(space.bno.levels(), space.cnt.levels()) {
-            let request = Request::near(FsBlock(0), 1, 1).with_mode(Mode::Size);
-            let mut search = Search::new(request, 1, 0, &state.busy);
-            by_size(ctx, space, &mut search)?;
-            self.count_visits(search.records_visited);
-            if let Some(found) = search.best {
-                space.carve(ctx, found.record, found.place.start, 1)?;
-                ctx.push_free_list(found.place.start)?;
+        loop {
+            let need = free_list_need(space.bno.levels(), space.cnt.levels());
+            let have = ctx.agf.free_list_count;
+            if have >= need {
+                return Ok(true);
+            }
+            if self.refill_once(ctx, space, &state.busy, need - have)? {
                 continue;
             }
-            let Some(sequence) = state.busy.iter().map(|b| b.sequence).max() else {
+            let Some(sequence) = state.busy.max_sequence().filter(|_| !forced) else {
                 return Ok(false);
             };
-            if forced {
-                return Ok(false);
-            }
             forced = true;
-            self.stats.log_forces.fetch_add(1, Ordering::Relaxed);
-            log.force(sequence)
-                .map_err(|what| AllocError::LogForce { sequence, what })?;
-            state.busy.clear_durable(log.durable_sequence());
+            self.force_log(ctx, log, sequence)?;
+            let cleared = state.busy.clear_durable(log.durable_sequence()) as u64;
+            ctx.counters.busy_cleared += cleared;
         }
+    }
+
+    /// One by-size search for up to `short` blocks, moved onto the free list. False if no
+    /// block could be had without a log force.
+    fn refill_once<'c, B: Buffers<'c>>(
+        &self,
+        ctx: &mut AgCtx<'_, B>,
+        space: &mut AgSpace,
+        busy: &BusyExtents,
+        short: u32,
+    ) -> Result<bool, AllocError> {
+        let wanted = short.min(ctx.agf.longest_free);
+        if wanted == 0 {
+            return Ok(false);
+        }
+        let request = Request::near(FsBlock(0), 1, wanted).with_mode(Mode::Size);
+        let mut search = Search::new(request, wanted, 0, busy);
+        by_size(ctx, space, &mut search)?;
+        ctx.counters.free_list_refills += 1;
+        self.count_search(ctx, &search);
+        let Some(found) = search.best else {
+            return Ok(false);
+        };
+        let (first, length) = (found.place.start, found.place.length);
+        space.carve(ctx, found.record, first, length)?;
+        for block in first..first + length {
+            ctx.push_free_list(block)?;
+        }
+        ctx.counters.free_list_blocks_added += u64::from(length);
         Ok(true)
     }
 }
@@ -332,6 +420,7 @@ fn trim_free_list<'c, B: Buffers<'c>>(
         };
         space.add(ctx, block, 1)?;
         busy.insert(block, 1, sequence);
+        ctx.counters.free_list_blocks_returned += 1;
     }
     Ok(())
 }

@@ -21,6 +21,7 @@ mod ag;
 mod allocator;
 mod busy;
 mod check;
+mod counters;
 mod error;
 mod request;
 mod search;
@@ -28,8 +29,9 @@ mod select;
 mod space;
 
 pub use allocator::{AllocStats, Allocator};
-pub use busy::{BusyExtent, BusyExtents, LogSequence};
+pub use busy::{BUSY_CLEAR_BATCH_MAX, BusyExtent, BusyExtents, LogSequence};
 pub use check::AgSummary;
+pub use counters::OpCounters;
 pub use error::AllocError;
 pub use request::{Allocation, Mode, Request};
 pub use search::{NEAR_ROUNDS_MAX, SIZE_STEPS_MAX};

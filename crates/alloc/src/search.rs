@@ -32,6 +32,14 @@ pub(crate) struct Search<'a> {
     pub busy: &'a BusyExtents,
     pub best: Option<Candidate>,
     pub records_visited: u64,
+    pub busy_visited: u64,
+    /// Near mode: rounds run, and whether `NEAR_ROUNDS_MAX` ended the search.
+    pub rounds: u64,
+    pub round_cap_reached: bool,
+    /// Near mode: distance of the nearest usable placement a by-block step found, and
+    /// whether the by-length probes have finished (see `could_win`).
+    pub walk_hit: Option<u64>,
+    pub probes_done: bool,
     /// Highest sequence of a busy range that cost a candidate blocks.
     pub busy_sequence: Option<u64>,
 }
@@ -45,6 +53,11 @@ impl<'a> Search<'a> {
             busy,
             best: None,
             records_visited: 0,
+            busy_visited: 0,
+            rounds: 0,
+            round_cap_reached: false,
+            walk_hit: None,
+            probes_done: false,
             busy_sequence: None,
         }
     }
@@ -53,38 +66,55 @@ impl<'a> Search<'a> {
         self.best.is_some_and(|b| b.place.length >= self.wanted)
     }
 
+    fn exact_hit(&self) -> bool {
+        self.full() && self.best.is_some_and(|b| b.place.distance == 0)
+    }
+
     /// Evaluates one free extent: trims busy ranges, places the request, keeps the best.
-    pub fn consider(&mut self, record: FreeSpaceRecord) {
+    /// Returns the placement the extent offers, if any, whether or not it won.
+    pub fn consider(&mut self, record: FreeSpaceRecord) -> Option<Placement> {
         self.records_visited += 1;
         if record.length < self.request.min_len {
-            return;
+            return None;
         }
-        let mut busy_visited = 0;
         let usable = if self.busy.is_empty() {
             Some((record.start.0, record.length))
         } else {
             self.busy
-                .trim(record.start.0, record.length, &mut busy_visited)
+                .trim(record.start.0, record.length, &mut self.busy_visited)
         };
         if usable.is_none_or(|(_, l)| l < record.length) {
             let sequence = self.busy.sequence_over(record.start.0, record.length);
             self.busy_sequence = self.busy_sequence.max(sequence);
         }
-        let Some(usable) = usable else {
-            return;
-        };
-        if let Some(place) = place(&self.request, self.wanted, self.target, usable)
-            && place.beats(&self.best.map(|b| b.place))
-        {
+        let place = place(&self.request, self.wanted, self.target, usable?)?;
+        if place.beats(&self.best.map(|b| b.place)) {
             self.best = Some(Candidate { record, place });
         }
+        Some(place)
     }
 
-    /// Whether a record at least `distance` from the target could still win.
+    /// Whether a by-block side whose next record is `distance` from the target goes on. With
+    /// a full-length candidate, only a nearer record can win. Without one, anything longer
+    /// could, however far; once the by-length probes are done (they look for the longer
+    /// extents, nearest first for each length) the walks stop past the nearest placement
+    /// either side found, as in the upstream rework's final one-sided walk. Without this the
+    /// walks went on to `NEAR_ROUNDS_MAX` whenever alignment or busy ranges left only shorter
+    /// candidates.
     fn could_win(&self, distance: u64) -> bool {
         match self.best {
             Some(best) if self.full() => distance < best.place.distance,
-            _ => true,
+            _ => !self.probes_done || self.walk_hit.is_none_or(|hit| distance <= hit),
+        }
+    }
+
+    /// A by-block step's look at `record`: considered, and its placement bounds both walks.
+    fn walk_consider(&mut self, record: FreeSpaceRecord) {
+        if let Some(place) = self.consider(record) {
+            self.walk_hit = Some(
+                self.walk_hit
+                    .map_or(place.distance, |d| d.min(place.distance)),
+            );
         }
     }
 }
@@ -99,7 +129,11 @@ fn cnt_key(length: u32, start: u32) -> CntKey {
 /// Near mode. When the extents long enough all sit in the by-length tree's last leaf, that
 /// leaf is scanned. Otherwise by-block cursors walk left and right from the target while
 /// by-length lookups at (length, target) look for nearby extents of each length, the length
-/// doubling each round; a side stops when nothing further along it can beat the best.
+/// doubling once a candidate is known; they stop past the longest extent. A by-block side
+/// stops at a full-length candidate's distance, or, when only shorter candidates exist and
+/// the probes are done, past the nearest placement either side found: once one side finds
+/// space, what is left is a one-sided walk bounded by that distance. `NEAR_ROUNDS_MAX` is a
+/// safety net these bounds keep the search well inside.
 pub(crate) fn near<'c, B: Buffers<'c>>(
     ctx: &mut AgCtx<'_, B>,
     space: &AgSpace,
@@ -113,10 +147,33 @@ pub(crate) fn near<'c, B: Buffers<'c>>(
     {
         return scan_leaf(ctx, space, search, cursor);
     }
+    let (mut left, mut right) = walk_start(ctx, space, search.target)?;
+    let mut length_key = Some(search.wanted);
+    for _round in 0..NEAR_ROUNDS_MAX {
+        search.rounds += 1;
+        left = step_left(ctx, space, search, left)?;
+        right = step_right(ctx, space, search, right)?;
+        length_key = probe_length(ctx, space, search, length_key)?;
+        search.probes_done = length_key.is_none();
+        if search.exact_hit() || (left.is_none() && right.is_none() && length_key.is_none()) {
+            return Ok(());
+        }
+    }
+    search.round_cap_reached = true;
+    Ok(())
+}
+
+/// By-block cursors on the last extent starting at or before `target` and the first one
+/// after it.
+fn walk_start<'c, B: Buffers<'c>>(
+    ctx: &mut AgCtx<'_, B>,
+    space: &AgSpace,
+    target: u32,
+) -> Result<(Option<Cursor>, Option<Cursor>), AllocError> {
     let target_key = BnoKey {
-        start: AgBlock(search.target),
+        start: AgBlock(target),
     };
-    let mut left = space.bno.lookup(ctx, &target_key, Lookup::Le)?;
+    let left = space.bno.lookup(ctx, &target_key, Lookup::Le)?;
     let mut right = space.bno.lookup(ctx, &target_key, Lookup::Ge)?;
     if left.is_some() && left == right {
         right = match left.clone() {
@@ -124,17 +181,7 @@ pub(crate) fn near<'c, B: Buffers<'c>>(
             None => None,
         };
     }
-    let mut length_key = Some(search.wanted);
-    for _round in 0..NEAR_ROUNDS_MAX {
-        left = step_left(ctx, space, search, left)?;
-        right = step_right(ctx, space, search, right)?;
-        length_key = probe_length(ctx, space, search, length_key)?;
-        let exact_hit = search.full() && search.best.is_some_and(|b| b.place.distance == 0);
-        if exact_hit || (left.is_none() && right.is_none() && length_key.is_none()) {
-            break;
-        }
-    }
-    Ok(())
+    Ok((left, right))
 }
 
 fn scan_leaf<'c, B: Buffers<'c>>(
@@ -168,7 +215,7 @@ fn step_left<'c, B: Buffers<'c>>(
     if !search.could_win(distance) {
         return Ok(None);
     }
-    search.consider(record);
+    search.walk_consider(record);
     Ok(space.bno.prev(ctx, &mut cursor)?.then_some(cursor))
 }
 
@@ -186,7 +233,7 @@ fn step_right<'c, B: Buffers<'c>>(
     if !search.could_win(distance) {
         return Ok(None);
     }
-    search.consider(record);
+    search.walk_consider(record);
     Ok(space.bno.next(ctx, &mut cursor)?.then_some(cursor))
 }
 
