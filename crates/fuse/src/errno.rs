@@ -37,6 +37,8 @@ pub fn errno_code(error: &FsError) -> i32 {
         FsError::Corrupt { .. } => libc::EUCLEAN,
         FsError::Io { .. } | FsError::ShutDown => libc::EIO,
         FsError::Unsupported => libc::EOPNOTSUPP,
+        // SEEK_DATA / SEEK_HOLE at or past the end, or no data after the offset.
+        FsError::NoSuchOffset => libc::ENXIO,
         _ => libc::EIO,
     }
 }
@@ -72,6 +74,7 @@ mod tests {
             (FsError::Range, libc::ERANGE),
             (FsError::ShutDown, libc::EIO),
             (FsError::Unsupported, libc::EOPNOTSUPP),
+            (FsError::NoSuchOffset, libc::ENXIO),
         ];
         for (error, code) in cases {
             assert_eq!(error.to_errno().code(), code, "{error}");

@@ -152,3 +152,69 @@ fn help_version_and_usage_errors() {
     assert_eq!(bad.status.code(), Some(2));
     assert_eq!(run(bin, &[]).status.code(), Some(2));
 }
+
+// fallocate (allocate, punch, zero), SEEK_DATA/SEEK_HOLE, rename with flags and
+// copy_file_range through the kernel, checked by a Python script on the mount.
+#[test]
+fn ranges_seeks_renames_and_copies() {
+    let scratch = Scratch::new();
+    let image = scratch.format("128M");
+    let mount = Mount::new(&image, &scratch.mountpoint(), "");
+    let script = r#"
+import ctypes, errno, os, sys
+d = sys.argv[1]
+p = os.path.join(d, "f")
+fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+os.posix_fallocate(fd, 0, 1 << 20)
+assert os.fstat(fd).st_size == 1 << 20, "fallocate did not extend"
+os.pwrite(fd, b"x" * 8192, 0)
+os.pwrite(fd, b"y" * 4096, 512 << 10)
+os.fsync(fd)
+assert os.lseek(fd, 0, os.SEEK_DATA) == 0
+hole = os.lseek(fd, 0, os.SEEK_HOLE)
+assert hole == 8192, hole
+assert os.lseek(fd, hole, os.SEEK_DATA) == 512 << 10
+try:
+    os.lseek(fd, 2 << 20, os.SEEK_DATA)
+    raise SystemExit("SEEK_DATA past the end succeeded")
+except OSError as e:
+    assert e.errno == errno.ENXIO, e
+os.close(fd)
+libc = ctypes.CDLL(None, use_errno=True)
+def renameat2(a, b, flags):
+    r = libc.renameat2(-100, a.encode(), -100, b.encode(), flags)
+    return 0 if r == 0 else ctypes.get_errno()
+q = os.path.join(d, "g")
+open(q, "w").write("g")
+assert renameat2(p, q, 1) == errno.EEXIST, "RENAME_NOREPLACE replaced"
+assert renameat2(p, q, 2) == 0, "RENAME_EXCHANGE failed"
+assert open(p).read() == "g"
+assert os.path.getsize(q) == 1 << 20
+big = os.path.join(d, "big")
+os.rename(q, big)
+assert not os.path.exists(q) and open(big, "rb").read(1) == b"x"
+os.rename(p, q)
+assert not os.path.exists(p) and open(q).read() == "g"
+os.mkdir(os.path.join(d, "dir1"))
+os.rename(os.path.join(d, "dir1"), os.path.join(d, "dir2"))
+src = os.open(big, os.O_RDONLY)
+dst = os.open(os.path.join(d, "copy"), os.O_CREAT | os.O_WRONLY, 0o644)
+left = 1 << 20
+while left:
+    n = os.copy_file_range(src, dst, left)
+    assert n > 0
+    left -= n
+os.close(src); os.close(dst)
+assert open(big, "rb").read() == open(os.path.join(d, "copy"), "rb").read()
+"#;
+    let mnt = mount.mountpoint.to_str().unwrap();
+    let output = run("python3", &["-c", script, mnt]);
+    assert!(output.status.success(), "{}", common::output_text(&output));
+    common::sh(&format!(
+        "cd '{mnt}' && fallocate -p -o 0 -l 4096 copy && fallocate -z -o 8192 -l 4096 copy && \
+         test \"$(head -c 4096 copy | tr -d '\\0' | wc -c)\" = 0 && \
+         test \"$(stat -c %s copy)\" = 1048576"
+    ));
+    mount.unmount();
+    assert_eq!(fsck(&image), 0);
+}

@@ -1,6 +1,6 @@
 //! Helpers for requests on open files: open flags and in-daemon range copies.
 
-use cairn_fs::{Filesystem, FsError};
+use cairn_fs::{FallocateMode, Filesystem, FsError, SeekKind};
 use fuser::FopenFlags;
 
 /// Largest range one copy_file_range request copies (the caller loops for the rest).
@@ -33,6 +33,29 @@ pub(super) fn fopen_flags(mode: OpenMode) -> FopenFlags {
         FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
     } else {
         FopenFlags::FOPEN_KEEP_CACHE
+    }
+}
+
+/// The filesystem mode of fallocate(2) mode bits; `None` for combinations it does not
+/// offer (collapse, insert, unshare, or a hole punch without KEEP_SIZE, which the kernel
+/// refuses anyway).
+pub(super) fn fallocate_mode(mode: i32) -> Option<FallocateMode> {
+    let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+    match mode & !libc::FALLOC_FL_KEEP_SIZE {
+        0 => Some(FallocateMode::Allocate { keep_size }),
+        libc::FALLOC_FL_PUNCH_HOLE if keep_size => Some(FallocateMode::PunchHole),
+        libc::FALLOC_FL_ZERO_RANGE => Some(FallocateMode::ZeroRange { keep_size }),
+        _ => None,
+    }
+}
+
+/// The seek kind of an lseek whence; the kernel answers SEEK_SET, SEEK_CUR and SEEK_END
+/// itself and forwards only these two.
+pub(super) fn seek_kind(whence: i32) -> Option<SeekKind> {
+    match whence {
+        libc::SEEK_DATA => Some(SeekKind::Data),
+        libc::SEEK_HOLE => Some(SeekKind::Hole),
+        _ => None,
     }
 }
 
@@ -88,5 +111,30 @@ mod tests {
         assert!(open_mode(libc::O_RDWR).write);
         assert!(fopen_flags(write).contains(FopenFlags::FOPEN_DIRECT_IO));
         assert_eq!(fopen_flags(read), FopenFlags::FOPEN_KEEP_CACHE);
+    }
+
+    // fallocate(2) modes map to the filesystem's; unsupported ones are refused.
+    #[test]
+    fn fallocate_modes_translate() {
+        let keep = libc::FALLOC_FL_KEEP_SIZE;
+        assert_eq!(
+            fallocate_mode(0),
+            Some(FallocateMode::Allocate { keep_size: false })
+        );
+        assert_eq!(
+            fallocate_mode(keep),
+            Some(FallocateMode::Allocate { keep_size: true })
+        );
+        let punch = libc::FALLOC_FL_PUNCH_HOLE | keep;
+        assert_eq!(fallocate_mode(punch), Some(FallocateMode::PunchHole));
+        assert_eq!(fallocate_mode(libc::FALLOC_FL_PUNCH_HOLE), None);
+        assert_eq!(
+            fallocate_mode(libc::FALLOC_FL_ZERO_RANGE | keep),
+            Some(FallocateMode::ZeroRange { keep_size: true })
+        );
+        assert_eq!(fallocate_mode(libc::FALLOC_FL_COLLAPSE_RANGE), None);
+        assert_eq!(seek_kind(libc::SEEK_DATA), Some(SeekKind::Data));
+        assert_eq!(seek_kind(libc::SEEK_HOLE), Some(SeekKind::Hole));
+        assert_eq!(seek_kind(libc::SEEK_SET), None);
     }
 }

@@ -9,12 +9,12 @@ use cairn_fs::{Credentials, FileKind, FsError, OpenFile};
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, FopenFlags, INodeNo, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::CairnFs;
-use super::file::{copy_range, fopen_flags, open_mode};
+use super::file::{copy_range, fallocate_mode, fopen_flags, open_mode, seek_kind};
 use super::node::{rename_mode, set_attr};
 use super::xattr::{is_reserved, reply_value};
 use crate::convert::{credentials, kind_of_mode, name_bytes, permission_bits};
@@ -471,6 +471,49 @@ impl fuser::Filesystem for CairnFs {
                 self.fs.forget(attr.inode, 1);
                 reply.error(self.fail(Op::Create, &error));
             }
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let _timer = self.requests.start(Op::Fallocate);
+        let Some(mode) = fallocate_mode(mode) else {
+            reply.error(self.refuse(Op::Fallocate, errno(libc::EOPNOTSUPP)));
+            return;
+        };
+        match self.fs.fallocate(self.inode(ino), offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(self.fail(Op::Fallocate, &error)),
+        }
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let _timer = self.requests.start(Op::Lseek);
+        let (Some(kind), Ok(offset)) = (seek_kind(whence), u64::try_from(offset)) else {
+            reply.error(self.refuse(Op::Lseek, errno(libc::EINVAL)));
+            return;
+        };
+        let found = self.fs.seek(self.inode(ino), offset, kind);
+        match found.map(i64::try_from) {
+            Ok(Ok(found)) => reply.offset(found),
+            Ok(Err(_)) => reply.error(self.refuse(Op::Lseek, errno(libc::EOVERFLOW))),
+            Err(error) => reply.error(self.fail(Op::Lseek, &error)),
         }
     }
 

@@ -229,3 +229,12 @@ pub fn checksums(dir: &Path) -> String {
         dir.display()
     ))
 }
+
+/// Standard output then standard error of a finished command, as text.
+pub fn output_text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
