@@ -1,0 +1,74 @@
+//! Formatted memory devices, mounting, and running the fsck checker on a device.
+
+use std::sync::Arc;
+
+use cairn_blockdev::{AlignedBuf, BlockDevice, MemDevice};
+use cairn_format::Superblock;
+use cairn_format::limits::BLOCK_SIZE_MAX;
+use cairn_fs::{Filesystem, FsError, MountOptions};
+
+use crate::CrashError;
+
+/// Sector size of every test device: 512 bytes, so crash images can tear a 4 KiB block.
+pub const SECTOR_BYTES: u32 = 512;
+/// Size of the devices the crash explorer uses: small, so each crash image is cheap to build.
+pub const CRASH_DEVICE_BYTES: u64 = 16 << 20;
+/// Log size of the test devices. Given explicitly because mkfs's default for filesystems
+/// under 32 MiB (512 KiB) is smaller than the journal accepts (and 1 MiB
+/// cannot hold the reservation of a mkdir); see
+/// `regression_mkfs_default_log_mountable` and docs/reliability.md.
+pub const LOG_BYTES: u64 = 2 << 20;
+/// The UUID every test image carries, so failures reproduce byte for byte.
+pub const TEST_UUID: [u8; 16] = [0xc4; 16];
+
+/// A freshly formatted memory device of `fs_bytes` (recording on, log empty).
+pub fn formatted_device(fs_bytes: u64) -> Result<MemDevice, CrashError> {
+    let request = cairn_mkfs::Request {
+        fs_bytes: Some(fs_bytes),
+        log_bytes: Some(LOG_BYTES),
+        ..cairn_mkfs::Request::default()
+    };
+    format_with(fs_bytes, &request)
+}
+
+/// A memory device of `fs_bytes` formatted as `request` asks.
+pub fn format_with(fs_bytes: u64, request: &cairn_mkfs::Request) -> Result<MemDevice, CrashError> {
+    let device = MemDevice::try_new(fs_bytes, SECTOR_BYTES)?;
+    let plan = cairn_mkfs::plan(fs_bytes, SECTOR_BYTES, request)
+        .map_err(|error| CrashError::Setup(error.to_string()))?;
+    let options = cairn_mkfs::FormatOptions {
+        uuid: Some(TEST_UUID),
+        discard: false,
+        now_secs: 1_700_000_000,
+    };
+    cairn_mkfs::format(&device, &plan, &options)
+        .map_err(|error| CrashError::Setup(error.to_string()))?;
+    device.clear_log();
+    Ok(device)
+}
+
+/// Mounts `device` with default options (recovery runs here).
+pub fn mount(device: &Arc<MemDevice>) -> Result<Filesystem, FsError> {
+    let dyn_device: Arc<dyn BlockDevice> = device.clone();
+    Filesystem::mount(dyn_device, MountOptions::default())
+}
+
+/// Reads the primary superblock of `device`.
+pub fn read_superblock(device: &dyn BlockDevice) -> Result<Superblock, CrashError> {
+    let sector = u64::from(device.logical_sector_size());
+    let len = u64::from(BLOCK_SIZE_MAX).min(device.size_bytes()) / sector * sector;
+    let mut head = AlignedBuf::zeroed(len as usize);
+    device.read_at(0, &mut head)?;
+    Superblock::read_primary(&head).map_err(|error| CrashError::Fsck(vec![error.to_string()]))
+}
+
+/// Runs the fsck checker on `device`: `Ok` when it is clean, else every problem it found.
+pub fn fsck(device: &dyn BlockDevice) -> Result<(), CrashError> {
+    let superblock = read_superblock(device)?;
+    let report = cairn_fsck::check::Checker::new(device, superblock).run();
+    if report.problems.is_empty() {
+        return Ok(());
+    }
+    let problems = report.problems.iter().map(ToString::to_string).collect();
+    Err(CrashError::Fsck(problems))
+}

@@ -1,0 +1,167 @@
+//! Runs a workload on the real filesystem and the model side by side, recording for every
+//! step the device flush count before and after it and the namespace after it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cairn_blockdev::MemDevice;
+use cairn_fs::{Credentials, FileKind, Filesystem, FsError, SetAttr};
+
+use crate::CrashError;
+use crate::model::{Model, NodeId, Path, name_of, parent_of, pattern};
+use crate::op::{self, Op};
+
+/// What the explorer needs to know about one executed step.
+#[derive(Debug, Clone)]
+pub struct StepRecord {
+    pub op: Op,
+    /// Device flushes completed before the op started: its writes are in later epochs.
+    pub start_flush: usize,
+    /// Device flushes completed when the op returned: its promise holds from this point on.
+    pub end_flush: usize,
+    /// The node a persist op covered (resolved when it ran).
+    pub node: Option<NodeId>,
+    /// The namespace after the step.
+    pub names: Arc<BTreeMap<Path, NodeId>>,
+}
+
+/// A finished run: the model with every node version, the namespace before the first step,
+/// and each step.
+#[derive(Debug, Clone)]
+pub struct Trace {
+    pub model: Model,
+    pub base_names: Arc<BTreeMap<Path, NodeId>>,
+    pub steps: Vec<StepRecord>,
+}
+
+fn op_failed(op: &Op, error: &FsError) -> CrashError {
+    CrashError::OpFailed {
+        op: op.to_string(),
+        error: error.to_string(),
+    }
+}
+
+/// The inode named by `path`, by lookups from the root (dropping each lookup reference).
+pub fn resolve(fs: &Filesystem, path: &str) -> Result<u64, FsError> {
+    let mut inode = fs.root();
+    for component in path.split('/').filter(|part| !part.is_empty()) {
+        let attr = fs.lookup(inode, component.as_bytes())?;
+        fs.forget(attr.inode, 1);
+        inode = attr.inode;
+    }
+    Ok(inode)
+}
+
+/// Performs `op` on the real filesystem; returns the inode it created (0 if none).
+pub fn perform(fs: &Filesystem, op: &Op) -> Result<u64, FsError> {
+    let who = Credentials::root();
+    let parent = |path: &str| resolve(fs, parent_of(path));
+    let name = |path: &str| name_of(path).as_bytes().to_vec();
+    let created = |attr: cairn_fs::Attr| {
+        fs.forget(attr.inode, 1);
+        attr.inode
+    };
+    match op {
+        Op::Create(path) => {
+            let attr = fs.create(
+                parent(path)?,
+                &name(path),
+                FileKind::Regular,
+                0o644,
+                0,
+                &who,
+            )?;
+            Ok(created(attr))
+        }
+        Op::Mkdir(path) => Ok(created(fs.mkdir(
+            parent(path)?,
+            &name(path),
+            0o755,
+            &who,
+        )?)),
+        Op::Symlink { path, target } => Ok(created(fs.symlink(
+            parent(path)?,
+            &name(path),
+            target,
+            &who,
+        )?)),
+        Op::Write {
+            path,
+            offset,
+            len,
+            id,
+        } => {
+            let data = pattern(*id, *offset, *len as usize);
+            let written = fs.write(resolve(fs, path)?, *offset, &data)?;
+            if u64::from(written) != *len {
+                return Err(FsError::InvalidArgument("short write"));
+            }
+            Ok(0)
+        }
+        Op::Truncate { path, size } => {
+            let changes = SetAttr {
+                size: Some(*size),
+                ..SetAttr::default()
+            };
+            fs.setattr(resolve(fs, path)?, &changes, &who)?;
+            Ok(0)
+        }
+        Op::Link { from, to } => {
+            let attr = fs.link(resolve(fs, from)?, parent(to)?, &name(to), &who)?;
+            fs.forget(attr.inode, 1);
+            Ok(0)
+        }
+        Op::Unlink(path) => fs.unlink(parent(path)?, &name(path), &who).map(|()| 0),
+        Op::Rmdir(path) => fs.rmdir(parent(path)?, &name(path), &who).map(|()| 0),
+        Op::Fsync(path) => fs.fsync(resolve(fs, path)?, false).map(|()| 0),
+        Op::Fdatasync(path) => fs.fsync(resolve(fs, path)?, true).map(|()| 0),
+        Op::Sync => fs.sync().map(|()| 0),
+        Op::Unmount => Err(FsError::InvalidArgument("unmount is run by the runner")),
+    }
+}
+
+/// Mounts `device`, runs `setup` and syncs it, restarts the device's op log, then runs `ops`
+/// one by one and finally unmounts. Every op must be valid on the model.
+pub fn run(device: &Arc<MemDevice>, setup: &[Op], ops: &[Op]) -> Result<Trace, CrashError> {
+    let fs = crate::image::mount(device).map_err(|e| op_failed(&Op::Sync, &e))?;
+    let mut model = Model::default();
+    for setup_op in setup {
+        let inode = perform(&fs, setup_op).map_err(|e| op_failed(setup_op, &e))?;
+        op::apply(&mut model, setup_op, None, inode);
+    }
+    fs.sync().map_err(|e| op_failed(&Op::Sync, &e))?;
+    device.clear_log();
+    let base_names = Arc::new(model.names.clone());
+    let mut steps = Vec::with_capacity(ops.len() + 1);
+    for (step, step_op) in ops.iter().enumerate() {
+        if !op::valid(&model, step_op) {
+            return Err(CrashError::Setup(format!(
+                "invalid op {step_op} at step {step}"
+            )));
+        }
+        let start_flush = device.flush_count();
+        let inode = perform(&fs, step_op).map_err(|e| op_failed(step_op, &e))?;
+        let node = op::apply(&mut model, step_op, Some(step), inode);
+        steps.push(StepRecord {
+            op: step_op.clone(),
+            start_flush,
+            end_flush: device.flush_count(),
+            node,
+            names: Arc::new(model.names.clone()),
+        });
+    }
+    let start_flush = device.flush_count();
+    fs.unmount().map_err(|e| op_failed(&Op::Unmount, &e))?;
+    steps.push(StepRecord {
+        op: Op::Unmount,
+        start_flush,
+        end_flush: device.flush_count(),
+        node: None,
+        names: Arc::new(model.names.clone()),
+    });
+    Ok(Trace {
+        model,
+        base_names,
+        steps,
+    })
+}

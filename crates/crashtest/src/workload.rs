@@ -1,0 +1,255 @@
+//! Workload generators: ACE-style systematic sequences of one and two operations over the
+//! setup tree, each followed by a persistence call, and long random sequences.
+
+use crate::model::{Model, join, parent_of};
+use crate::op::{self, Op};
+
+/// A named workload: the ops run after the setup.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub name: String,
+    pub ops: Vec<Op>,
+}
+
+fn write(path: &str, offset: u64, len: u64) -> Op {
+    Op::Write {
+        path: path.into(),
+        offset,
+        len,
+        id: 0,
+    }
+}
+
+fn truncate(path: &str, size: u64) -> Op {
+    Op::Truncate {
+        path: path.into(),
+        size,
+    }
+}
+
+fn link(from: &str, to: &str) -> Op {
+    Op::Link {
+        from: from.into(),
+        to: to.into(),
+    }
+}
+
+/// The operations the systematic generator combines, on names of the setup tree: create,
+/// mkdir, write (new file, overwrite aligned and not, append, past the end), truncate (to
+/// zero, mid-block, up), link, unlink, rmdir and symlink.
+pub fn op_templates() -> Vec<Op> {
+    vec![
+        Op::Create("new".into()),
+        Op::Create("A/new".into()),
+        Op::Mkdir("dnew".into()),
+        Op::Mkdir("A/dnew".into()),
+        write("A/C/baz", 0, 8192),
+        write("foo", 0, 4096),
+        write("foo", 1000, 3000),
+        write("foo", 16384, 5000),
+        write("foo", 40000, 100),
+        write("A/bar", 5000, 2000),
+        truncate("foo", 0),
+        truncate("foo", 5000),
+        truncate("foo", 30000),
+        truncate("A/bar", 4096),
+        link("foo", "A/lnk"),
+        link("A/C/baz", "B/baz2"),
+        Op::Unlink("foo".into()),
+        Op::Unlink("B/bar2".into()),
+        Op::Unlink("ln".into()),
+        Op::Rmdir("E".into()),
+        Op::Symlink {
+            path: "A/sym".into(),
+            target: b"../foo".to_vec(),
+        },
+    ]
+}
+
+/// The persistence calls that may follow `done` on `model` (which it was applied to):
+/// fsync and fdatasync of the path it touched, fsync of that path's directory, and sync.
+pub fn persist_choices(model: &Model, done: &Op) -> Vec<Op> {
+    let path = done.primary_path();
+    let mut choices = Vec::new();
+    if model.node_at(path).is_some() {
+        choices.push(Op::Fsync(path.into()));
+        if !model.is_dir(path) {
+            choices.push(Op::Fdatasync(path.into()));
+        }
+    }
+    choices.push(Op::Fsync(parent_of(path).into()));
+    choices.push(Op::Sync);
+    choices
+}
+
+/// Gives every write of `ops` its own pattern id.
+fn number_writes(ops: &mut [Op]) {
+    for (index, step) in ops.iter_mut().enumerate() {
+        if let Op::Write { id, .. } = step {
+            *id = 1000 + index as u64;
+        }
+    }
+}
+
+/// The model after the setup (inode numbers are placeholders).
+pub fn setup_model() -> Model {
+    let mut model = Model::default();
+    for setup_op in op::setup_ops() {
+        op::apply(&mut model, &setup_op, None, 0);
+    }
+    model
+}
+
+/// Applies `ops` to a copy of `model` if every one is valid in turn.
+fn try_apply(model: &Model, ops: &[Op]) -> Option<Model> {
+    let mut model = model.clone();
+    for (step, next) in ops.iter().enumerate() {
+        if !op::valid(&model, next) {
+            return None;
+        }
+        op::apply(&mut model, next, Some(step), 0);
+    }
+    Some(model)
+}
+
+fn name_of_ops(ops: &[Op]) -> String {
+    ops.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn workload(mut ops: Vec<Op>) -> Workload {
+    number_writes(&mut ops);
+    Workload {
+        name: name_of_ops(&ops),
+        ops,
+    }
+}
+
+/// Every one-operation workload: each template followed by each of its persistence calls.
+pub fn seq1() -> Vec<Workload> {
+    let setup = setup_model();
+    let mut out = Vec::new();
+    for template in op_templates() {
+        let Some(after) = try_apply(&setup, std::slice::from_ref(&template)) else {
+            continue;
+        };
+        for persist in persist_choices(&after, &template) {
+            out.push(workload(vec![template.clone(), persist]));
+        }
+    }
+    out
+}
+
+/// Every valid two-operation workload: both ops then each persistence call of the second,
+/// and both ops each followed by a persistence call (rotating through the choices).
+pub fn seq2() -> Vec<Workload> {
+    let setup = setup_model();
+    let templates = op_templates();
+    let mut out = Vec::new();
+    for (first_index, first) in templates.iter().enumerate() {
+        let Some(after_first) = try_apply(&setup, std::slice::from_ref(first)) else {
+            continue;
+        };
+        let first_persists = persist_choices(&after_first, first);
+        for (second_index, second) in templates.iter().enumerate() {
+            let pair = [first.clone(), second.clone()];
+            let Some(after) = try_apply(&setup, &pair) else {
+                continue;
+            };
+            let rotation = first_index + second_index;
+            for (index, persist) in persist_choices(&after, second).into_iter().enumerate() {
+                let mut ops = pair.to_vec();
+                if index % 2 == 1 {
+                    let middle = first_persists[(rotation + index) % first_persists.len()].clone();
+                    ops.insert(1, middle);
+                }
+                ops.push(persist);
+                if try_apply(&setup, &ops).is_some() {
+                    out.push(workload(ops));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A small deterministic generator (splitmix64) for random workloads.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.next_u64() % bound.max(1)
+    }
+}
+
+const RANDOM_DIRS: [&str; 4] = ["", "A", "B", "A/C"];
+const RANDOM_NAMES: [&str; 5] = ["r0", "r1", "r2", "r3", "r4"];
+
+fn random_path(rng: &mut Rng, model: &Model) -> String {
+    let mut dirs: Vec<String> = RANDOM_DIRS.iter().map(|d| d.to_string()).collect();
+    dirs.extend(model.names.keys().filter(|p| model.is_dir(p)).cloned());
+    let dir = dirs[rng.below(dirs.len() as u64) as usize].clone();
+    join(
+        &dir,
+        RANDOM_NAMES[rng.below(RANDOM_NAMES.len() as u64) as usize],
+    )
+}
+
+fn existing_path(rng: &mut Rng, model: &Model) -> String {
+    let names: Vec<&String> = model.names.keys().collect();
+    names
+        .get(rng.below(names.len() as u64) as usize)
+        .map_or_else(String::new, |path| (*path).clone())
+}
+
+/// One random op (possibly invalid on `model`; the caller retries).
+fn random_op(rng: &mut Rng, model: &Model) -> Op {
+    let size = |rng: &mut Rng| rng.below(48 * 1024);
+    match rng.below(14) {
+        0 | 1 => Op::Create(random_path(rng, model)),
+        2 => Op::Mkdir(random_path(rng, model)),
+        3..=5 => {
+            let path = existing_path(rng, model);
+            write(&path, size(rng), 1 + rng.below(12 * 1024))
+        }
+        6 => truncate(&existing_path(rng, model), size(rng)),
+        7 => link(&existing_path(rng, model), &random_path(rng, model)),
+        8 => Op::Unlink(existing_path(rng, model)),
+        9 => Op::Rmdir(existing_path(rng, model)),
+        10 => Op::Symlink {
+            path: random_path(rng, model),
+            target: format!("t{}", rng.below(1000)).into_bytes(),
+        },
+        11 => Op::Fsync(existing_path(rng, model)),
+        12 => Op::Fdatasync(existing_path(rng, model)),
+        _ => Op::Sync,
+    }
+}
+
+/// A random workload of `len` valid ops drawn from `seed`.
+pub fn random(seed: u64, len: usize) -> Workload {
+    let mut rng = Rng(seed);
+    let mut model = setup_model();
+    let mut ops = Vec::with_capacity(len);
+    while ops.len() < len {
+        let next = random_op(&mut rng, &model);
+        if op::valid(&model, &next) {
+            op::apply(&mut model, &next, Some(ops.len()), 0);
+            ops.push(next);
+        }
+    }
+    let mut built = workload(ops);
+    built.name = format!("random seed {seed} len {len}");
+    built
+}

@@ -1,0 +1,91 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The fast subset (runs in CI): sampled crash exploration, faults, fuzzing and one fill
+//! round. Violations matching an open issue of docs/reliability.md are counted and printed;
+//! any other violation fails. `CAIRN_CRASH_OPEN=1` makes every violation fail.
+
+use cairn_crashtest::Violation;
+use cairn_crashtest::explore::ExploreConfig;
+use cairn_crashtest::suite::{self, Tally};
+use cairn_crashtest::workload;
+
+/// Signatures of the open violations listed in docs/reliability.md.
+const OPEN_SIGNATURES: [&str; 3] = [
+    "is free but the chunk marks it in use",
+    "no such file or directory",
+    "never had this name",
+];
+
+fn is_open(violation: &Violation) -> bool {
+    violation
+        .problems
+        .iter()
+        .all(|problem| OPEN_SIGNATURES.iter().any(|known| problem.contains(known)))
+}
+
+fn judge(what: &str, tally: &Tally) {
+    eprintln!("{what}: {}", tally.summary());
+    let strict = std::env::var_os("CAIRN_CRASH_OPEN").is_some();
+    let new: Vec<&Violation> = tally
+        .violations
+        .iter()
+        .filter(|violation| strict || !is_open(violation))
+        .collect();
+    for violation in tally.violations.iter().take(3) {
+        eprintln!("  {violation}");
+    }
+    assert!(
+        new.is_empty(),
+        "{what}: {} new violations, first: {}",
+        new.len(),
+        new[0]
+    );
+}
+
+fn fast_config() -> ExploreConfig {
+    ExploreConfig {
+        random_per_flush: 2,
+        seed: 7,
+        extra_points_max: Some(6),
+    }
+}
+
+// Explores a sample of the one-op workloads at every flush point and a few torn/subset points.
+#[test]
+fn crash_seq1_sample() {
+    let workloads: Vec<_> = workload::seq1().into_iter().step_by(6).collect();
+    let tally = suite::crash_run(&workloads, &fast_config()).unwrap();
+    assert!(tally.crash_states > 0);
+    judge("seq1 sample", &tally);
+}
+
+// Explores a sample of the two-op workloads and one random workload.
+#[test]
+fn crash_seq2_and_random_sample() {
+    let mut workloads: Vec<_> = workload::seq2().into_iter().step_by(250).collect();
+    workloads.push(workload::random(11, 12));
+    let tally = suite::crash_run(&workloads, &fast_config()).unwrap();
+    judge("seq2 and random sample", &tally);
+}
+
+// Injects write failures, a stopped device and a failed flush into a random workload.
+#[test]
+fn faults_sample() {
+    let mut tally = suite::fault_run(&workload::random(5, 10), 60, 12).unwrap();
+    suite::merge(&mut tally, suite::read_fault_run(4, 3).unwrap());
+    assert!(tally.faults_injected > 0);
+    judge("faults", &tally);
+}
+
+// Mounts, walks and fscks a few dozen images with one damaged metadata unit each.
+#[test]
+fn fuzz_sample() {
+    let tally = suite::fuzz_run(24, 1).unwrap();
+    judge("fuzz", &tally);
+}
+
+// Fills the filesystem to 100% from three writers, checks, deletes, fills again.
+#[test]
+fn fill_to_full_twice() {
+    let tally = suite::space_run(3, 2).unwrap();
+    judge("fill", &tally);
+}
