@@ -38,6 +38,8 @@ mod seek;
 mod symlink;
 mod types;
 mod unlinked;
+mod xattr;
+mod xattr_store;
 
 pub use error::FsError;
 pub use fs::Filesystem;

@@ -89,6 +89,7 @@ pub(crate) fn free_orphan(fs: &Filesystem, inode: &Arc<Inode>) -> Result<(), FsE
     if mapped && !data.is_dir() {
         truncate_blocks(fs, inode.number, &mut data, 0)?;
     }
+    crate::xattr_store::free_all(fs, inode.number, &mut data)?;
     let mut tx = fs.begin(Reservation::remove(&fs.geometry))?;
     let result = free_now(fs, &mut tx, inode.number, &mut data);
     Filesystem::log_inode(&mut tx, inode.number, &mut data);

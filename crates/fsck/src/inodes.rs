@@ -137,7 +137,12 @@ impl Checker<'_> {
                 .add(Problem::new("inode", Some(number.0), message));
         }
         if !free {
-            self.check_data_fork(number, raw, &core);
+            // The data fork's checks see the block count less the attr fork's blocks.
+            let attr_blocks = self.check_attr_fork(number, raw, &core);
+            self.check_unmapped_block_count(number, &core, attr_blocks);
+            let mut data_core = core;
+            data_core.block_count = core.block_count.saturating_sub(attr_blocks);
+            self.check_data_fork(number, raw, &data_core);
         }
     }
 

@@ -17,6 +17,7 @@ pub mod probe;
 pub mod report;
 mod space;
 mod tree;
+mod xattr;
 
 use std::path::Path;
 

@@ -1,0 +1,125 @@
+//! Attribute forks: the short form is decoded and checked; an Extents attr fork must map one
+//! leaf block at attr block 0, which is read, verified (kind, own address, owner = the inode,
+//! UUID, CRC) and decoded, and its remote values' blocks checked against the device's end.
+//! The leaf and remote blocks are claimed; their number is the attr fork's share of the
+//! inode's block count.
+
+use cairn_format::inode::{ForkFormat, InodeCore, fork_extents};
+use cairn_format::xattr::{XattrLeaf, XattrValue, decode_shortform_xattrs};
+use cairn_format::{Expected, FsBlock, InodeNumber, MetaKind, verify_header};
+
+use crate::check::Checker;
+use crate::report::Problem;
+
+impl Checker<'_> {
+    fn attr_problem(&mut self, number: InodeNumber, block: Option<u64>, message: String) {
+        self.report.add(Problem::new(
+            "attribute fork",
+            block.or(Some(number.0)),
+            format!("inode {number}: {message}"),
+        ));
+    }
+
+    /// Checks the attr fork of an in-use inode, claims its blocks and returns how many.
+    pub(crate) fn check_attr_fork(
+        &mut self,
+        number: InodeNumber,
+        raw: &[u8],
+        core: &InodeCore,
+    ) -> u64 {
+        let Some(range) = core.attr_fork_range(self.geometry.inode_size) else {
+            return 0;
+        };
+        let fork = &raw[range];
+        match core.attr_format {
+            Some(ForkFormat::Local) => {
+                if let Err(err) = decode_shortform_xattrs(fork) {
+                    self.attr_problem(number, None, err.to_string());
+                }
+                0
+            }
+            Some(ForkFormat::Extents) => self.check_attr_leaf(number, fork, core),
+            other => {
+                let message = format!("unsupported attr fork format {other:?}");
+                self.attr_problem(number, None, message);
+                0
+            }
+        }
+    }
+
+    fn check_attr_leaf(&mut self, number: InodeNumber, fork: &[u8], core: &InodeCore) -> u64 {
+        let extents = match fork_extents(fork, u32::from(core.attr_extent_count)) {
+            Ok(extents) => extents,
+            Err(err) => {
+                self.attr_problem(number, None, err.to_string());
+                return 0;
+            }
+        };
+        let leaf = match extents.as_slice() {
+            [e] if e.file_block == 0
+                && e.length == 1
+                && e.fs_block.0 < self.geometry.block_count =>
+            {
+                e.fs_block.0
+            }
+            _ => {
+                let message = "the attr fork does not map one leaf block".to_string();
+                self.attr_problem(number, None, message);
+                return 0;
+            }
+        };
+        self.claim(leaf, 1, "xattr leaf");
+        let Some(block) = self.read_block(FsBlock(leaf), MetaKind::AttrBlock.name()) else {
+            return 1;
+        };
+        let expected = Expected {
+            kind: MetaKind::AttrBlock,
+            blkno: leaf,
+            uuid: self.uuid,
+            owner: Some(number.0),
+        };
+        let decoded =
+            verify_header(&block, &expected).and_then(|_| XattrLeaf::decode_block(&block));
+        let decoded = match decoded {
+            Ok(decoded) => decoded,
+            Err(err) => {
+                self.report.add(Problem::from_format(leaf, &err));
+                return 1;
+            }
+        };
+        let mut blocks = 1;
+        let block_size = self.geometry.block_size;
+        for entry in &decoded.entries {
+            let XattrValue::Remote { block, length } = entry.value else {
+                continue;
+            };
+            let count = u64::from(length.div_ceil(block_size).max(1));
+            if block.0.saturating_add(count) > self.geometry.block_count {
+                let message = format!("remote value at block {} ends past the device", block.0);
+                self.attr_problem(number, Some(leaf), message);
+                continue;
+            }
+            self.claim(block.0, count, "xattr value");
+            blocks += count;
+        }
+        blocks
+    }
+
+    /// An inode whose data fork holds no blocks (Local or Device) counts its attr blocks only.
+    pub(crate) fn check_unmapped_block_count(
+        &mut self,
+        number: InodeNumber,
+        core: &InodeCore,
+        attr_blocks: u64,
+    ) {
+        let unmapped = matches!(core.data_format, ForkFormat::Local | ForkFormat::Device);
+        if unmapped && core.block_count != attr_blocks {
+            let message = format!(
+                "inode {number}: block count is {}, its attr fork holds {attr_blocks}",
+                core.block_count
+            );
+            self.report
+                .add(Problem::new("inode", Some(number.0), message));
+        }
+    }
+}
