@@ -1,13 +1,17 @@
-//! The checks, phase by phase: superblocks, AG headers, free-space and inode trees, inodes,
-//! block accounting, summary counters.
+//! The checks, phase by phase: the log, superblocks, AG headers, free-space and inode trees,
+//! inodes, block accounting, summary counters, then the namespace (directories, link counts,
+//! unlinked lists).
+
+use std::collections::BTreeMap;
 
 use cairn_blockdev::{AlignedBuf, BlockDevice};
 use cairn_format::agf::Agf;
 use cairn_format::agfl::{Agfl, agfl_capacity};
 use cairn_format::agi::Agi;
 use cairn_format::limits::{AG_AGF_BLOCK, AG_AGFL_BLOCK, AG_AGI_BLOCK, AG_HEADER_BLOCKS};
-use cairn_format::{AgBlock, AgNumber, Expected, FsBlock, Geometry, MetaKind, Superblock};
+use cairn_format::{AgBlock, AgNumber, Expected, FsBlock, Geometry, Lsn, MetaKind, Superblock};
 
+use crate::namespace::InodeSeen;
 use crate::report::{Problem, Report};
 
 /// A range of blocks some structure says it owns.
@@ -27,6 +31,14 @@ pub struct Checker<'a> {
     pub superblock: Superblock,
     pub report: Report,
     pub claims: Vec<Claim>,
+    /// Every in-use inode the chunk walk met, for the namespace phase.
+    pub inodes: BTreeMap<u64, InodeSeen>,
+    /// Each AG's unlinked bucket heads (AG inode numbers or `NULL_AG_INODE`).
+    pub unlinked_heads: Vec<(u32, Vec<u32>)>,
+    /// The highest LSN the log holds: no metadata block may carry a later one.
+    pub lsn_limit: Lsn,
+    /// (inode, extent count) of every regular file with data, for `cairn-db frag`.
+    pub file_extent_counts: Vec<(u64, u64)>,
 }
 
 /// Per-AG totals gathered for the superblock counter check.
@@ -46,11 +58,28 @@ impl<'a> Checker<'a> {
             superblock,
             report: Report::default(),
             claims: Vec::new(),
+            inodes: BTreeMap::new(),
+            unlinked_heads: Vec::new(),
+            lsn_limit: Lsn::ZERO,
+            file_extent_counts: Vec::new(),
         }
     }
 
     /// Runs every phase and returns what was found.
     pub fn run(mut self) -> Report {
+        self.check_log();
+        let totals = self.scan_ags();
+        let log_start = self.geometry.log_start;
+        self.claim(log_start, u64::from(self.geometry.log_blocks), "log");
+        self.check_root_inode();
+        self.check_namespace();
+        self.check_claims();
+        self.check_counters(totals);
+        self.report
+    }
+
+    /// Checks every AG's headers, trees and inodes; returns the summed totals.
+    pub(crate) fn scan_ags(&mut self) -> AgTotals {
         let mut totals = AgTotals::default();
         for ag in 0..self.geometry.ag_count {
             let ag_totals = self.check_ag(ag);
@@ -58,12 +87,7 @@ impl<'a> Checker<'a> {
             totals.inodes += ag_totals.inodes;
             totals.free_inodes += ag_totals.free_inodes;
         }
-        let log_start = self.geometry.log_start;
-        self.claim(log_start, u64::from(self.geometry.log_blocks), "log");
-        self.check_root_inode();
-        self.check_claims();
-        self.check_counters(totals);
-        self.report
+        totals
     }
 
     /// Reads one filesystem block, recording a problem (and returning `None`) on failure.
@@ -76,6 +100,7 @@ impl<'a> Checker<'a> {
         match self.device.read_at(self.geometry.byte_offset(at), &mut buf) {
             Ok(()) => {
                 self.report.blocks_checked += u64::from(count);
+                self.check_lsns(at, what, &buf);
                 Some(buf.to_vec())
             }
             Err(err) => {
@@ -119,6 +144,7 @@ impl<'a> Checker<'a> {
             totals.free_blocks = self.check_free_space(ag, &agf);
         }
         if let Some(agi) = self.read_agi(ag) {
+            self.unlinked_heads.push((ag, agi.unlinked.to_vec()));
             let (inodes, free) = self.check_inode_trees(ag, &agi);
             totals.inodes = inodes;
             totals.free_inodes = free;
@@ -143,7 +169,7 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn read_agf(&mut self, ag: u32) -> Option<Agf> {
+    pub(crate) fn read_agf(&mut self, ag: u32) -> Option<Agf> {
         let expected = self.expected(MetaKind::Agf, ag, AG_AGF_BLOCK);
         let block = self.read_block(FsBlock(expected.blkno), MetaKind::Agf.name())?;
         Agf::read(&block, &expected, &self.geometry)

@@ -137,6 +137,7 @@ impl Checker<'_> {
                 .add(Problem::new("inode", Some(number.0), message));
         }
         if !free {
+            self.note_inode(number, raw, &core);
             // The data fork's checks see the block count less the attr fork's blocks.
             let attr_blocks = self.check_attr_fork(number, raw, &core);
             self.check_unmapped_block_count(number, &core, attr_blocks);
@@ -166,6 +167,7 @@ impl Checker<'_> {
             ForkFormat::Btree => self.walk_bmap_tree(number, fork, core),
         };
         if let Some(found) = found {
+            self.note_directory_extents(number, &found.extents);
             self.check_extents(number, core, found);
         }
     }

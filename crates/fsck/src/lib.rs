@@ -3,7 +3,9 @@
 //! Owns: the consistency rules that span blocks (verifiers check single blocks): superblock
 //! copies agree, both free-space trees hold the same merged extents, AG and superblock
 //! counters match what the trees hold, inode trees agree with the inodes, every block of the
-//! device belongs to exactly one owner.
+//! device belongs to exactly one owner, the log is clean and no block's LSN is past it, every
+//! directory entry names an in-use inode, every inode is reachable from the root (or on an
+//! unlinked list) and its link count equals the entries naming it.
 //! Invariants:
 //! - checking never writes to the device (it is opened read-only);
 //! - any damage is reported as a `Problem` naming the structure and block, never a panic; a
@@ -12,9 +14,16 @@
 mod bmap;
 pub mod check;
 pub mod cli;
+pub mod db;
+mod dir_index;
+mod dir_read;
 mod inodes;
+mod log_check;
+mod logprint;
+mod namespace;
 pub mod probe;
 pub mod report;
+pub mod snoop;
 mod space;
 mod tree;
 mod xattr;

@@ -1,0 +1,256 @@
+//! `cairn-db`: read-only views of a cairn filesystem for administrators (modelled on xfs_db):
+//! the superblock, a free-space histogram, the file fragmentation factor, a file's extents,
+//! an inode, and the log's records. It reads through `SnoopDevice`, so it is safe on a
+//! mounted device; what it shows of a live filesystem is as of the last writeback.
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use cairn_blockdev::BlockDevice;
+use cairn_format::btree_block::FreeSpaceRecord;
+use cairn_format::inode::{FileType, ForkFormat, InodeCore, fork_extents, local_bytes};
+use cairn_format::{AgNumber, Expected, Extent, InodeNumber, MetaKind, OnDisk};
+
+use crate::check::Checker;
+use crate::dir_read::DirSource;
+use crate::snoop::SnoopDevice;
+use crate::tree::AgTree;
+
+/// Inspect a cairn filesystem (read-only; safe on a mounted device).
+#[derive(Debug, Parser)]
+#[command(name = "cairn-db", version, about, long_about = None)]
+pub struct DbArgs {
+    /// Block device or image file.
+    pub device: PathBuf,
+    #[command(subcommand)]
+    pub command: DbCommand,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum DbCommand {
+    /// The primary superblock.
+    Sb,
+    /// Free-extent histogram per AG and in total.
+    Freesp,
+    /// File fragmentation factor.
+    Frag,
+    /// A file's extents with AG and AG offset.
+    Bmap { path_or_inode: String },
+    /// An inode's fields.
+    Inode { number: u64 },
+    /// The log's records and checkpoints.
+    Logprint,
+}
+
+/// Why `cairn-db` could not answer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DbError {
+    #[error(transparent)]
+    Device(#[from] cairn_blockdev::DeviceError),
+    #[error("{0}")]
+    Format(#[from] cairn_format::FormatError),
+    #[error("{0}")]
+    NotFound(String),
+}
+
+/// Runs cairn-db with `args` (including the program name): 0, 8 on errors, 16 on usage.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let args = match DbArgs::try_parse_from(args) {
+        Ok(args) => args,
+        Err(err) => {
+            let _ = err.print();
+            return ExitCode::from(if err.use_stderr() { 16 } else { 0 });
+        }
+    };
+    let answer = SnoopDevice::open(&args.device)
+        .map_err(DbError::from)
+        .and_then(|device| run(&device, &args.command));
+    match answer {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("cairn-db: {}: {err}", args.device.display());
+            ExitCode::from(8)
+        }
+    }
+}
+
+/// Answers `command` about the filesystem on `device`.
+pub fn run(device: &dyn BlockDevice, command: &DbCommand) -> Result<String, DbError> {
+    let superblock =
+        crate::probe::read_primary(device).map_err(|crate::FsckError::Device(err)| err)??;
+    let mut checker = Checker::new(device, superblock.clone());
+    match command {
+        DbCommand::Sb => Ok(format!("{superblock:#?}\n")),
+        DbCommand::Freesp => Ok(freesp(&mut checker)),
+        DbCommand::Frag => Ok(frag(&mut checker)),
+        DbCommand::Bmap { path_or_inode } => {
+            let number = resolve(&mut checker, path_or_inode)?;
+            bmap(&mut checker, number)
+        }
+        DbCommand::Inode { number } => {
+            let (core, _) = read_inode(&mut checker, *number)?;
+            Ok(format!("inode {number}:\n{core:#?}\n"))
+        }
+        DbCommand::Logprint => Ok(crate::logprint::logprint(&mut checker)),
+    }
+}
+
+/// Free extents of AG `ag` from its by-block tree.
+fn free_extents(checker: &mut Checker<'_>, ag: u32) -> Vec<FreeSpaceRecord> {
+    let Some(agf) = checker.read_agf(ag) else {
+        return Vec::new();
+    };
+    let tree = AgTree {
+        kind: MetaKind::BnoBtree,
+        ag,
+        root: agf.bno_root,
+        levels: agf.bno_levels,
+    };
+    let raw = checker.walk_ag_tree(tree).unwrap_or_default();
+    raw.iter()
+        .filter_map(|bytes| FreeSpaceRecord::decode(bytes).ok())
+        .collect()
+}
+
+/// The `from to extents blocks pct` table of power-of-two buckets.
+fn histogram(lengths: &[u32]) -> String {
+    let total: u64 = lengths.iter().map(|&l| u64::from(l)).sum();
+    let mut buckets = [(0u64, 0u64); 33];
+    for &length in lengths {
+        let bucket = (31 - length.max(1).leading_zeros()) as usize;
+        buckets[bucket].0 += 1;
+        buckets[bucket].1 += u64::from(length);
+    }
+    let mut out = format!(
+        "{:>10} {:>10} {:>10} {:>12} {:>7}\n",
+        "from", "to", "extents", "blocks", "pct"
+    );
+    for (bucket, &(extents, blocks)) in buckets.iter().enumerate().filter(|(_, b)| b.0 > 0) {
+        let from = 1u64 << bucket;
+        let pct = blocks as f64 * 100.0 / total.max(1) as f64;
+        let _ = writeln!(
+            out,
+            "{from:>10} {:>10} {extents:>10} {blocks:>12} {pct:>7.2}",
+            2 * from - 1
+        );
+    }
+    let _ = writeln!(
+        out,
+        "total free extents {}, total free blocks {total}",
+        lengths.len()
+    );
+    out
+}
+
+fn freesp(checker: &mut Checker<'_>) -> String {
+    let mut out = String::new();
+    let mut all = Vec::new();
+    for ag in 0..checker.geometry.ag_count {
+        let lengths: Vec<u32> = free_extents(checker, ag).iter().map(|r| r.length).collect();
+        let _ = write!(out, "AG {ag}:\n{}", histogram(&lengths));
+        all.extend(lengths);
+    }
+    let _ = write!(out, "all AGs:\n{}", histogram(&all));
+    out
+}
+
+fn frag(checker: &mut Checker<'_>) -> String {
+    checker.scan_ags();
+    let actual: u64 = checker.file_extent_counts.iter().map(|&(_, c)| c).sum();
+    let ideal = checker.file_extent_counts.len() as u64;
+    let factor = (actual - ideal) as f64 * 100.0 / actual.max(1) as f64;
+    format!("actual {actual}, ideal {ideal}, fragmentation factor {factor:.2}%\n")
+}
+
+/// Reads inode `number`'s core and raw bytes.
+fn read_inode(checker: &mut Checker<'_>, number: u64) -> Result<(InodeCore, Vec<u8>), DbError> {
+    let not_found = || DbError::NotFound(format!("{number} is not an inode of this filesystem"));
+    let (at, offset) = checker
+        .geometry
+        .inode_position(InodeNumber(number))
+        .ok_or_else(not_found)?;
+    let block = checker
+        .read_block(at, MetaKind::Inode.name())
+        .ok_or_else(not_found)?;
+    let raw = block[offset..offset + checker.geometry.inode_size as usize].to_vec();
+    let expected = Expected {
+        kind: MetaKind::Inode,
+        blkno: number,
+        uuid: checker.uuid,
+        owner: Some(number),
+    };
+    Ok((InodeCore::read(&raw, &expected)?, raw))
+}
+
+/// The data fork extents of an inode (inline list or tree).
+fn data_extents(checker: &mut Checker<'_>, number: u64) -> Result<Vec<Extent>, DbError> {
+    let (core, raw) = read_inode(checker, number)?;
+    let fork = &raw[core.data_fork_range(checker.geometry.inode_size)];
+    match core.data_format {
+        ForkFormat::Extents => Ok(fork_extents(fork, core.data_extent_count)?),
+        ForkFormat::Btree => checker
+            .walk_bmap_tree(InodeNumber(number), fork, &core)
+            .map(|found| found.extents)
+            .ok_or_else(|| DbError::NotFound(format!("inode {number}: unreadable extent tree"))),
+        ForkFormat::Local | ForkFormat::Device => Ok(Vec::new()),
+    }
+}
+
+/// An inode number, or a path from the root resolved through the directories.
+fn resolve(checker: &mut Checker<'_>, target: &str) -> Result<u64, DbError> {
+    if let Ok(number) = target.parse::<u64>() {
+        return Ok(number);
+    }
+    let mut current = checker.superblock.root_inode;
+    for name in target.split('/').filter(|n| !n.is_empty()) {
+        let (core, raw) = read_inode(checker, current)?;
+        if core.file_type() != Some(FileType::Directory) {
+            return Err(DbError::NotFound(format!(
+                "{target}: inode {current} is no directory"
+            )));
+        }
+        let source = if core.data_format == ForkFormat::Local {
+            let fork = &raw[core.data_fork_range(checker.geometry.inode_size)];
+            DirSource::Short(local_bytes(fork, core.size)?.to_vec())
+        } else {
+            DirSource::Blocks(data_extents(checker, current)?)
+        };
+        let listing = checker.read_directory(current, &source);
+        let found = listing.and_then(|l| l.entries.into_iter().find(|e| e.name == name.as_bytes()));
+        current = found
+            .ok_or_else(|| DbError::NotFound(format!("{target}: no entry '{name}'")))?
+            .inode;
+    }
+    Ok(current)
+}
+
+fn bmap(checker: &mut Checker<'_>, number: u64) -> Result<String, DbError> {
+    let extents = data_extents(checker, number)?;
+    let mut out = format!("inode {number}: {} extents\n", extents.len());
+    let g = checker.geometry;
+    for (index, extent) in extents.iter().enumerate() {
+        let ag = g.ag_of(extent.fs_block);
+        let offset = extent.fs_block.0 - g.ag_start(AgNumber(ag.0).0);
+        let state = if extent.unwritten { " unwritten" } else { "" };
+        let _ = writeln!(
+            out,
+            "{index}: [{}..{}]: {}..{} AG {} ({offset}..{}) {} blocks{state}",
+            extent.file_block,
+            extent.file_end() - 1,
+            extent.fs_block.0,
+            extent.fs_end().0 - 1,
+            ag.0,
+            offset + u64::from(extent.length) - 1,
+            extent.length
+        );
+    }
+    Ok(out)
+}

@@ -1,0 +1,171 @@
+//! The hash index of a block directory: its tree is walked level by level (verifier with the
+//! directory as owner, levels, sibling links), every tree block must be mapped in the data
+//! fork at file block 2^32 + block, the record hashes must be strictly increasing, and the
+//! records must name exactly the directory's entries, each under a key reached by an unbroken
+//! linear-probe run from its name's hash.
+
+use std::collections::{BTreeSet, HashMap};
+
+use cairn_format::btree_block::{BtreeHeader, BtreeLayout};
+use cairn_format::dir::{DirHashRecord, name_hash};
+use cairn_format::limits::BTREE_LEVELS_MAX;
+use cairn_format::types::NULL_BLOCK;
+use cairn_format::{Expected, Extent, FsBlock, MetaKind, OnDisk, verify_header};
+
+use crate::check::Checker;
+use crate::dir_read::{INDEX_FILE_BASE, Listing, entry_name};
+
+/// Bits of the `..index` marker's inode field that hold the tree height.
+const LEVELS_SHIFT: u32 = 56;
+
+impl Checker<'_> {
+    /// Checks the index of block directory `dir` against its entries and its data fork.
+    pub(crate) fn check_dir_index(&mut self, dir: u64, extents: &[Extent], listing: &Listing) {
+        let Some(packed) = listing.index else {
+            let message = "data block 0 has no index marker".to_string();
+            return self.dir_problem(dir, None, message);
+        };
+        let root = packed & ((1 << LEVELS_SHIFT) - 1);
+        let levels = (packed >> LEVELS_SHIFT) as u32;
+        let Some((records, visited)) = self.walk_dir_tree(dir, root, levels) else {
+            return;
+        };
+        let mut mapped = BTreeSet::new();
+        for extent in extents.iter().filter(|e| e.file_block >= INDEX_FILE_BASE) {
+            if extent.file_block - INDEX_FILE_BASE != extent.fs_block.0 {
+                let message = format!(
+                    "index extent at file block {} is misplaced",
+                    extent.file_block
+                );
+                self.dir_problem(dir, None, message);
+            }
+            mapped.extend((0..u64::from(extent.length)).map(|i| extent.fs_block.0 + i));
+        }
+        if mapped != visited {
+            let message = format!(
+                "the data fork maps {} index blocks, the index tree has {}",
+                mapped.len(),
+                visited.len()
+            );
+            self.dir_problem(dir, None, message);
+        }
+        self.check_index_records(dir, &records, listing);
+    }
+
+    fn check_index_records(&mut self, dir: u64, records: &[DirHashRecord], listing: &Listing) {
+        if records.windows(2).any(|pair| pair[0].hash >= pair[1].hash) {
+            let message = "index records are not in strictly increasing hash order".to_string();
+            self.dir_problem(dir, None, message);
+        }
+        let keys: BTreeSet<u32> = records.iter().map(|r| r.hash).collect();
+        let mut by_address: HashMap<u32, _> =
+            listing.entries.iter().map(|e| (e.address, e)).collect();
+        for record in records {
+            let Some(entry) = by_address.remove(&record.address) else {
+                let message = format!(
+                    "index record {:#x} points at address {:#x}, where no entry is",
+                    record.hash, record.address
+                );
+                self.dir_problem(dir, None, message);
+                continue;
+            };
+            let hash = name_hash(&entry.name);
+            let run = record.hash.wrapping_sub(hash);
+            let unbroken = (run as usize) < records.len()
+                && (0..run).all(|step| keys.contains(&hash.wrapping_add(step)));
+            if !unbroken {
+                let message = format!(
+                    "entry '{}' is indexed under {:#x}, unreachable from its hash {hash:#x}",
+                    entry_name(entry),
+                    record.hash
+                );
+                self.dir_problem(dir, None, message);
+            }
+        }
+        for entry in by_address.into_values() {
+            let message = format!(
+                "entry '{}' is missing from the hash index",
+                entry_name(entry)
+            );
+            self.dir_problem(dir, None, message);
+        }
+    }
+
+    /// Walks the index tree; returns its records in order and the blocks it is made of.
+    fn walk_dir_tree(
+        &mut self,
+        dir: u64,
+        root: u64,
+        levels: u32,
+    ) -> Option<(Vec<DirHashRecord>, BTreeSet<u64>)> {
+        let layout = BtreeLayout::for_kind(MetaKind::DirBtree, self.geometry.block_size)?;
+        if levels == 0 || levels > BTREE_LEVELS_MAX {
+            self.dir_problem(dir, None, format!("index records {levels} levels"));
+            return None;
+        }
+        let mut visited = BTreeSet::new();
+        let mut records = Vec::new();
+        let mut pending = vec![root];
+        for level in (0..levels as u16).rev() {
+            let mut next = Vec::new();
+            for (index, &block) in pending.iter().enumerate() {
+                if !visited.insert(block) {
+                    self.dir_problem(dir, Some(block), "index block reached twice".to_string());
+                    return None;
+                }
+                let left = index.checked_sub(1).map_or(NULL_BLOCK, |i| pending[i]);
+                let right = pending.get(index + 1).copied().unwrap_or(NULL_BLOCK);
+                let (header, raw) = self.dir_tree_block(dir, &layout, block)?;
+                let found = (header.level, header.left, header.right);
+                if found != (level, left, right) {
+                    let message = format!(
+                        "index block level/siblings are {found:?}, expected {:?}",
+                        (level, left, right)
+                    );
+                    self.dir_problem(dir, Some(block), message);
+                }
+                for slot in 0..usize::from(header.record_count) {
+                    if header.level == 0 {
+                        let raw_record = layout.record(&raw, slot)?;
+                        records.push(DirHashRecord::decode(raw_record).ok()?);
+                    } else {
+                        next.push(layout.pointer(&raw, slot)?);
+                    }
+                }
+            }
+            pending = next;
+        }
+        Some((records, visited))
+    }
+
+    fn dir_tree_block(
+        &mut self,
+        dir: u64,
+        layout: &BtreeLayout,
+        at: u64,
+    ) -> Option<(BtreeHeader, Vec<u8>)> {
+        if at >= self.geometry.block_count {
+            self.dir_problem(dir, None, format!("index pointer {at} is past the device"));
+            return None;
+        }
+        let block = self.read_block(FsBlock(at), MetaKind::DirBtree.name())?;
+        let expected = Expected {
+            kind: MetaKind::DirBtree,
+            blkno: at,
+            uuid: self.uuid,
+            owner: Some(dir),
+        };
+        let valid = layout.pointer_bounds(&self.geometry, dir);
+        let header = verify_header(&block, &expected)
+            .and_then(|_| BtreeHeader::decode(&block))
+            .and_then(|h| h.check(layout, &block, valid).map(|()| h));
+        match header {
+            Ok(header) => Some((header, block)),
+            Err(err) => {
+                self.report
+                    .add(crate::report::Problem::from_format(at, &err));
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The log and LSNs: the log must be clean (nothing left to replay), and no metadata block or
+//! inode may carry an LSN later than the newest record in the log, which would mean the block
+//! was written by a checkpoint the log never held (or its header is damaged).
+
+use cairn_blockdev::AlignedBuf;
+use cairn_format::header::block_lsn;
+use cairn_format::log::{LOG_RECORD_HEADER_BYTES, LogRecordHeader, log_header_crc};
+use cairn_format::ondisk::get_u32;
+use cairn_format::{FsBlock, Lsn, MetaKind, OnDisk};
+use cairn_journal::Journal;
+
+use crate::check::Checker;
+use crate::report::Problem;
+
+/// Log blocks read at a time while looking for the newest record.
+const LOG_READ_BLOCKS: u64 = 256;
+
+/// An LSN as administrators read it: cycle and log block.
+pub(crate) fn show_lsn(lsn: Lsn) -> String {
+    format!("{}/{}", lsn.cycle(), lsn.block())
+}
+
+impl Checker<'_> {
+    /// Reports a log that needs recovery and records the newest LSN the log holds.
+    pub(crate) fn check_log(&mut self) {
+        let at = Some(self.geometry.log_start);
+        match Journal::needs_recovery(self.device, &self.superblock) {
+            Ok(false) => {}
+            Ok(true) => {
+                let message = "the log holds checkpoints that were never replayed: mount the \
+                               filesystem once to replay them (or repair with --discard-log)";
+                self.report.add(Problem::new("log", at, message));
+            }
+            Err(err) => {
+                let message = format!("cannot be read: {err}");
+                self.report.add(Problem::new("log", at, message));
+            }
+        }
+        self.lsn_limit = self.newest_log_lsn();
+    }
+
+    /// The highest LSN of any record in the log whose header verifies and names this
+    /// filesystem; zero for an empty log.
+    pub(crate) fn newest_log_lsn(&mut self) -> Lsn {
+        let block_size = u64::from(self.geometry.block_size);
+        let log_blocks = u64::from(self.geometry.log_blocks);
+        let mut newest = Lsn::ZERO;
+        let mut first = 0;
+        while first < log_blocks {
+            let count = LOG_READ_BLOCKS.min(log_blocks - first);
+            let mut buf = AlignedBuf::zeroed((count * block_size) as usize);
+            let offset = self
+                .geometry
+                .byte_offset(FsBlock(self.geometry.log_start + first));
+            if self.device.read_at(offset, &mut buf).is_err() {
+                // `check_log` has reported an unreadable log already.
+                return newest;
+            }
+            for sector in buf.chunks_exact(block_size as usize) {
+                if let Some(lsn) = self.record_lsn(sector) {
+                    newest = newest.max(lsn);
+                }
+            }
+            first += count;
+        }
+        newest
+    }
+
+    fn record_lsn(&self, block: &[u8]) -> Option<Lsn> {
+        let sector = block.get(..LOG_RECORD_HEADER_BYTES)?;
+        let header = LogRecordHeader::decode(sector).ok()?;
+        let valid = header.uuid == self.uuid && header.header_crc == log_header_crc(sector);
+        valid.then_some(header.lsn)
+    }
+
+    /// Checks the header LSN of every metadata block (or inode, in chunk reads) in `buf`.
+    pub(crate) fn check_lsns(&mut self, at: FsBlock, what: &str, buf: &[u8]) {
+        let block_size = self.geometry.block_size as usize;
+        let stride = if what == MetaKind::Inode.name() {
+            self.geometry.inode_size as usize
+        } else {
+            block_size
+        };
+        for (index, piece) in buf.chunks_exact(stride).enumerate() {
+            if MetaKind::from_magic(get_u32(piece, 0)).is_none() {
+                continue;
+            }
+            let Some(lsn) = block_lsn(piece) else {
+                continue;
+            };
+            if lsn > self.lsn_limit {
+                let block = at.0 + (index * stride / block_size) as u64;
+                let message = format!(
+                    "LSN {} is later than the newest log record ({})",
+                    show_lsn(lsn),
+                    show_lsn(self.lsn_limit)
+                );
+                self.report.add(Problem::new(what, Some(block), message));
+                return;
+            }
+        }
+    }
+}
