@@ -28,7 +28,7 @@ impl Checker<'_> {
             Ok(false) => {}
             Ok(true) => {
                 let message = "the log holds checkpoints that were never replayed: mount the \
-                               filesystem once to replay them (or repair with --discard-log)";
+                               filesystem once to replay them, then check again";
                 self.report.add(Problem::new("log", at, message));
             }
             Err(err) => {
