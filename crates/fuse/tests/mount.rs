@@ -218,3 +218,48 @@ assert open(big, "rb").read() == open(os.path.join(d, "copy"), "rb").read()
     mount.unmount();
     assert_eq!(fsck(&image), 0);
 }
+
+// Extended attributes through the mount: set (with create/replace flags), get, list,
+// remove, a value too big for the caller's buffer, and the reserved namespace refused;
+// they survive a remount.
+#[test]
+fn extended_attributes() {
+    let scratch = Scratch::new();
+    let image = scratch.format("128M");
+    let mnt = scratch.mountpoint();
+    let mount = Mount::new(&image, &mnt, "");
+    let script = r#"
+import errno, os, sys
+p = os.path.join(sys.argv[1], "f")
+open(p, "w").write("x")
+os.setxattr(p, "user.small", b"v1")
+os.setxattr(p, "user.big", b"B" * 3000)
+os.setxattr(p, "user.small", b"v2", os.XATTR_REPLACE)
+def fails(call, code):
+    try:
+        call()
+    except OSError as e:
+        assert e.errno == code, (e, code)
+        return
+    raise SystemExit(f"expected errno {code}")
+fails(lambda: os.setxattr(p, "user.small", b"v3", os.XATTR_CREATE), errno.EEXIST)
+fails(lambda: os.setxattr(p, "user.none", b"v", os.XATTR_REPLACE), errno.ENODATA)
+fails(lambda: os.getxattr(p, "user.none"), errno.ENODATA)
+fails(lambda: os.setxattr(sys.argv[1], "system.cairn.stats", b"x"), errno.EPERM)
+assert os.getxattr(p, "user.small") == b"v2"
+assert os.getxattr(p, "user.big") == b"B" * 3000
+assert sorted(os.listxattr(p)) == ["user.big", "user.small"], os.listxattr(p)
+os.removexattr(p, "user.big")
+assert os.listxattr(p) == ["user.small"]
+"#;
+    let output = run("python3", &["-c", script, mnt.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", common::output_text(&output));
+    mount.unmount();
+    assert_eq!(fsck(&image), 0);
+    let mount = Mount::new(&image, &mnt, "ro");
+    let check = "import os,sys; p=os.path.join(sys.argv[1],'f'); \
+                 assert os.getxattr(p,'user.small')==b'v2'; assert os.listxattr(p)==['user.small']";
+    let output = run("python3", &["-c", check, mnt.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", common::output_text(&output));
+    mount.unmount();
+}

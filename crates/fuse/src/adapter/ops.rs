@@ -16,7 +16,7 @@ use fuser::{
 use super::CairnFs;
 use super::file::{copy_range, fallocate_mode, fopen_flags, open_mode, seek_kind};
 use super::node::{rename_mode, set_attr};
-use super::xattr::{is_reserved, reply_value};
+use super::xattr::{is_reserved, name_list, reply_value, xattr_flags};
 use crate::convert::{credentials, kind_of_mode, name_bytes, permission_bits};
 use crate::stats::Op;
 
@@ -401,16 +401,69 @@ impl fuser::Filesystem for CairnFs {
         }
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let _timer = self.requests.start(Op::Setxattr);
+        if is_reserved(name) {
+            return reply.error(self.refuse(Op::Setxattr, errno(libc::EPERM)));
+        }
+        let Some(flags) = xattr_flags(flags) else {
+            return reply.error(self.refuse(Op::Setxattr, errno(libc::EINVAL)));
+        };
+        let (inode, who) = (self.inode(ino), credentials(req));
+        match self
+            .fs
+            .setxattr(inode, name_bytes(name), value, flags, &who)
+        {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(self.fail(Op::Setxattr, &error)),
+        }
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _timer = self.requests.start(Op::Getxattr);
         let inode = self.inode(ino);
         if let Some(value) = self.reserved_value(inode, name) {
-            reply_value(reply, size, &value);
-        } else if is_reserved(name) {
-            reply.error(self.refuse(Op::Getxattr, errno(libc::ENODATA)));
-        } else {
-            // No extended attributes are stored yet: every name is absent.
-            reply.error(errno(libc::ENODATA));
+            return reply_value(reply, size, &value);
+        }
+        if is_reserved(name) {
+            return reply.error(self.refuse(Op::Getxattr, errno(libc::ENODATA)));
+        }
+        match self.fs.getxattr(inode, name_bytes(name), &credentials(req)) {
+            Ok(value) => reply_value(reply, size, &value),
+            // Absent attributes are the common case (security.capability on every write).
+            Err(FsError::NoData) => reply.error(errno(libc::ENODATA)),
+            Err(error) => reply.error(self.fail(Op::Getxattr, &error)),
+        }
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _timer = self.requests.start(Op::Listxattr);
+        match self.fs.listxattr(self.inode(ino), &credentials(req)) {
+            Ok(names) => reply_value(reply, size, &name_list(&names)),
+            Err(error) => reply.error(self.fail(Op::Listxattr, &error)),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timer = self.requests.start(Op::Removexattr);
+        if is_reserved(name) {
+            return reply.error(self.refuse(Op::Removexattr, errno(libc::EPERM)));
+        }
+        match self
+            .fs
+            .removexattr(self.inode(ino), name_bytes(name), &credentials(req))
+        {
+            Ok(()) => reply.ok(),
+            Err(error) => reply.error(self.fail(Op::Removexattr, &error)),
         }
     }
 

@@ -2,6 +2,7 @@
 
 use std::ffi::OsStr;
 
+use cairn_fs::XattrFlags;
 use fuser::{Errno, ReplyXattr};
 
 use super::CairnFs;
@@ -21,6 +22,26 @@ pub(super) fn reply_value(reply: ReplyXattr, size: u32, value: &[u8]) {
     } else {
         reply.data(value);
     }
+}
+
+/// The filesystem flags of setxattr(2) flags; `None` for unknown bits or both at once.
+pub(super) fn xattr_flags(flags: i32) -> Option<XattrFlags> {
+    match flags {
+        0 => Some(XattrFlags::Any),
+        libc::XATTR_CREATE => Some(XattrFlags::Create),
+        libc::XATTR_REPLACE => Some(XattrFlags::Replace),
+        _ => None,
+    }
+}
+
+/// A listxattr value: every name followed by a NUL.
+pub(super) fn name_list(names: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(names.iter().map(|n| n.len() + 1).sum());
+    for name in names {
+        out.extend_from_slice(name);
+        out.push(0);
+    }
+    out
 }
 
 /// Whether `name` is in the namespace this daemon reserves for itself.
@@ -49,5 +70,17 @@ mod tests {
         assert!(is_reserved(OsStr::new("system.cairn.other")));
         assert!(!is_reserved(OsStr::new("user.cairn.stats")));
         assert!(!is_reserved(OsStr::new("system.posix_acl_access")));
+    }
+
+    // setxattr flags map one to one; list values are NUL-terminated names.
+    #[test]
+    fn flags_and_lists() {
+        assert_eq!(xattr_flags(0), Some(XattrFlags::Any));
+        assert_eq!(xattr_flags(libc::XATTR_CREATE), Some(XattrFlags::Create));
+        assert_eq!(xattr_flags(libc::XATTR_REPLACE), Some(XattrFlags::Replace));
+        assert_eq!(xattr_flags(3), None);
+        let names = [b"user.a".to_vec(), b"trusted.bb".to_vec()];
+        assert_eq!(name_list(&names), b"user.a\0trusted.bb\0");
+        assert!(name_list(&[]).is_empty());
     }
 }
