@@ -82,6 +82,8 @@ impl Filesystem {
         };
         if free {
             crate::unlinked::free_orphan(self, &handle)?;
+        } else if handle.data.lock().opens == 0 {
+            self.trim_on_last_close(&handle)?;
         }
         Ok(())
     }

@@ -41,8 +41,8 @@ use crate::inode::InodeData;
 /// Extents allocated, converted or freed per transaction by the data paths.
 pub(crate) const EXTENTS_PER_STEP: usize = 4;
 
-/// The reservation of one mapping step: the inode, one intent or done item; per extent the AGF, AGFL and both
-/// free-space tree paths (`2 + 2 * (free_levels + 1)`: a split at every level and a new
+/// The reservation of one mapping step: the inode, one intent or done item; per extent the
+/// AGF, AGFL and both free-space tree paths (`2 + 2 * (free_levels + 1)`: a split at every level and a new
 /// root); and the extent tree: a split path (`bmap_levels + 1`) plus the AG headers and
 /// free-space paths of its new blocks (`2 + 2 * (free_levels + 1)`). Tree heights are the
 /// most the geometry allows (`levels_bound`), not `BTREE_LEVELS_MAX`, which would ask for
@@ -159,6 +159,11 @@ impl FileMap {
     /// The mapping of file block `block`.
     pub fn lookup(&self, block: u64) -> Mapping {
         map(&self.list, block)
+    }
+
+    /// Puts back an extent cut out earlier (its blocks still belong to the file).
+    pub fn insert(&mut self, extent: Extent) {
+        insert(&mut self.list, extent);
     }
 
     /// Marks file blocks `start..end` written (they are mapped).

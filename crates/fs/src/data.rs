@@ -102,8 +102,28 @@ impl Filesystem {
         Self::count(&self.counters.writes, 1);
         let block_size = u64::from(self.geometry.block_size);
         let (first, last) = (offset / block_size, end.div_ceil(block_size));
-        self.allocate_range(inode, &handle.data, first, last, Placement::near(true))?;
+        let plan = self.plan_write(inode, &handle.data.lock(), first, last, end)?;
+        let blocks_before = handle.data.lock().core.block_count;
+        let needed_end = last.max(
+            plan.last
+                .min(last.next_multiple_of(plan.alignment_blocks())),
+        );
+        self.allocate_range(inode, &handle.data, plan.first, needed_end, plan.placement)?;
+        if plan.last > needed_end {
+            // Speculative blocks are a bonus: a full filesystem must not fail the write.
+            match self.allocate_range(inode, &handle.data, needed_end, plan.last, plan.placement) {
+                Ok(()) | Err(FsError::NoSpace) => {}
+                Err(error) => return Err(error),
+            }
+        }
         let map = FileMap::read(self, inode, &handle.data.lock())?;
+        let mapped = handle
+            .data
+            .lock()
+            .core
+            .block_count
+            .saturating_sub(blocks_before);
+        self.note_preallocation(inode, &plan, mapped);
         self.write_blocks(map.extents(), offset, data)?;
         let mut meta = handle.data.lock();
         let mut tx = self.begin(self.write_reservation())?;

@@ -65,6 +65,7 @@ pub struct Filesystem {
     pub(crate) recovery: RecoveryReport,
     /// Serialises renames (see `rename.rs` for the lock order).
     pub(crate) rename_lock: parking_lot::Mutex<()>,
+    pub(crate) preallocs: crate::prealloc::Preallocs,
 }
 
 /// Reads and checks the primary superblock of `device`.
@@ -127,6 +128,7 @@ impl Filesystem {
             dir_rotor: AtomicU32::new(0),
             recovery,
             rename_lock: parking_lot::Mutex::new(()),
+            preallocs: crate::prealloc::Preallocs::default(),
         };
         fs.finish_intents()?;
         fs.load_ag_counts()?;
@@ -216,6 +218,7 @@ impl Filesystem {
             bufcache: self.cache.stats(),
             journal: self.journal.stats(),
             alloc: self.alloc.stats(),
+            data: self.preallocs.stats(),
         }
     }
 

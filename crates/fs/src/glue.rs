@@ -64,6 +64,17 @@ impl LogSequence for JournalLog<'_> {
     }
 
     fn force(&self, sequence: u64) -> Result<(), String> {
+        // Busy extents carry `free_sequence`, one past the context their free joined, which
+        // may still be the current one: a force of a sequence that has not begun would wait
+        // for a checkpoint nobody pushes. Push the current context first; the sequence asked
+        // for is then the new current one (or older), and forcing it completes.
+        let current = self.0.current_sequence().0;
+        if sequence > current {
+            self.0
+                .force(cairn_journal::CommitSequence(current))
+                .map_err(|error| error.to_string())?;
+        }
+        let sequence = sequence.min(self.0.current_sequence().0);
         self.0
             .force(cairn_journal::CommitSequence(sequence))
             .map_err(|error| error.to_string())

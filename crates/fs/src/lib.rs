@@ -31,6 +31,7 @@ mod ialloc;
 mod inode;
 mod namei;
 mod perm;
+mod prealloc;
 mod recovery;
 mod remove;
 mod rename;
@@ -43,7 +44,9 @@ mod xattr_store;
 
 pub use error::FsError;
 pub use fs::Filesystem;
+pub use prealloc::BackgroundScan;
+pub use seek::FileExtent;
 pub use types::{
-    AtimeMode, Attr, Credentials, DirEntry, FallocateMode, FileKind, FsOpStats, FsStats, LogMode,
-    MountOptions, OpenFile, RenameMode, SeekKind, SetAttr, StatFs, TimeOrNow, XattrFlags,
+    AtimeMode, Attr, Credentials, DataStats, DirEntry, FallocateMode, FileKind, FsOpStats, FsStats,
+    LogMode, MountOptions, OpenFile, RenameMode, SeekKind, SetAttr, StatFs, TimeOrNow, XattrFlags,
 };

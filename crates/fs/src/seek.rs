@@ -39,6 +39,40 @@ impl Filesystem {
     }
 }
 
+/// One mapped range of a file, as `Filesystem::file_extents` reports it (FIEMAP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileExtent {
+    /// Byte offset in the file.
+    pub offset: u64,
+    /// Byte address on the device.
+    pub physical: u64,
+    pub length: u64,
+    /// Allocated but reading as zeros.
+    pub unwritten: bool,
+}
+
+impl Filesystem {
+    /// The file's mapped ranges in order (FIEMAP), including those past end of file.
+    pub fn file_extents(&self, inode: u64) -> Result<Vec<FileExtent>, FsError> {
+        let handle = self.live_inode(inode)?;
+        let _io = handle.io.read();
+        let data = handle.data.lock();
+        check_data_file(&data)?;
+        let map = FileMap::read(self, inode, &data)?;
+        let block_size = u64::from(self.geometry.block_size);
+        Ok(map
+            .extents()
+            .iter()
+            .map(|e| FileExtent {
+                offset: e.file_block * block_size,
+                physical: e.fs_block.0 * block_size,
+                length: u64::from(e.length) * block_size,
+                unwritten: e.unwritten,
+            })
+            .collect())
+    }
+}
+
 /// The first block at or after `block` mapped to written data.
 fn next_data(list: &[Extent], block: u64) -> Option<u64> {
     let index = list.partition_point(|e| e.file_end() <= block);

@@ -202,6 +202,16 @@ pub struct FsOpStats {
     pub inodes_reclaimed: u64,
 }
 
+/// Counters of the data path: speculative preallocation and its trimming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DataStats {
+    /// Blocks mapped by writes that reached past their end (speculative preallocation).
+    pub preallocated_blocks: u64,
+    /// Unused speculative blocks given back (last close or idle scan).
+    pub trimmed_blocks: u64,
+    pub idle_scans: u64,
+}
+
 /// A snapshot of every subsystem's counters.
 #[derive(Debug, Clone)]
 pub struct FsStats {
@@ -209,4 +219,5 @@ pub struct FsStats {
     pub bufcache: cairn_bufcache::StatsSnapshot,
     pub journal: cairn_journal::JournalStats,
     pub alloc: cairn_alloc::AllocStats,
+    pub data: DataStats,
 }

@@ -219,3 +219,101 @@ fn large_punch_frees_through_intents() {
     fs.unmount().unwrap();
     fsck_clean(&device);
 }
+
+fn append(fs: &Filesystem, inode: u64, chunk: usize, total: u64) {
+    let mut at = 0;
+    while at < total {
+        fs.write(inode, at, &vec![(at >> 12) as u8; chunk]).unwrap();
+        fs.fsync(inode, true).unwrap();
+        at += chunk as u64;
+    }
+}
+
+// Appends with fsync grow a doubling preallocation (few extents, blocks past EOF survive
+// fsync); the last close trims what is unused.
+#[test]
+fn appends_preallocate_and_last_close_trims() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let inode = new_file(&fs, b"log");
+    let file = fs.open(inode, true, false, true, &root()).unwrap();
+    let total = 6 << 20;
+    append(&fs, inode, 128 << 10, total);
+    let extents = fs.file_extents(inode).unwrap();
+    assert!(extents.len() <= 4, "{extents:?}");
+    let attr = fs.getattr(inode).unwrap();
+    assert!(
+        attr.blocks_512 * 512 > total,
+        "preallocation kept across fsync"
+    );
+    assert!(fs.stats().data.preallocated_blocks > 0);
+    fs.release(file).unwrap();
+    assert_eq!(fs.getattr(inode).unwrap().blocks_512 * 512, total);
+    assert!(fs.stats().data.trimmed_blocks > 0);
+    let data = fs.read(inode, total - 4096, 8192).unwrap();
+    assert_eq!(data, vec![((total - 4096) >> 12) as u8 & 0xe0; 4096]);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+// An extent size hint inherited from the directory aligns allocations to the hint and keeps
+// post-EOF blocks on close; the idle scan leaves them too, but trims a hint-less file.
+#[test]
+fn extent_size_hint_is_inherited_and_kept() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let who = root();
+    let dir = fs.mkdir(fs.root(), b"db", 0o755, &who).unwrap();
+    fs.set_extent_size_hint(dir.inode, 1 << 20, true).unwrap();
+    let file = fs
+        .create(dir.inode, b"table", FileKind::Regular, 0o644, 0, &who)
+        .unwrap();
+    let handle = fs.open(file.inode, true, false, true, &who).unwrap();
+    fs.write(file.inode, 0, &[1u8; 5000]).unwrap();
+    let extents = fs.file_extents(file.inode).unwrap();
+    assert_eq!(extents.len(), 2, "{extents:?}");
+    assert_eq!(extents[0].physical % (1 << 20), 0, "aligned to the hint");
+    assert_eq!(extents.iter().map(|e| e.length).sum::<u64>(), 1 << 20);
+    fs.release(handle).unwrap();
+    assert_eq!(fs.getattr(file.inode).unwrap().blocks_512 * 512, 1 << 20);
+    let plain = new_file(&fs, b"plain");
+    append(&fs, plain, 64 << 10, 1 << 20);
+    assert!(fs.getattr(plain).unwrap().blocks_512 * 512 > 1 << 20);
+    assert!(fs.trim_idle(std::time::Duration::ZERO).unwrap() > 0);
+    assert_eq!(fs.getattr(plain).unwrap().blocks_512 * 512, 1 << 20);
+    assert_eq!(fs.getattr(file.inode).unwrap().blocks_512 * 512, 1 << 20);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+// The alloc_size mount option fixes the preallocation, from the first extending write on;
+// the background thread trims it once idle.
+#[test]
+fn alloc_size_option_and_background_scan() {
+    let device = make_device(64 << 20);
+    let options = cairn_fs::MountOptions {
+        alloc_size: Some(256 << 10),
+        ..Default::default()
+    };
+    let dyn_device: std::sync::Arc<dyn cairn_blockdev::BlockDevice> = device.clone();
+    let fs = std::sync::Arc::new(Filesystem::mount(dyn_device, options).unwrap());
+    let inode = new_file(&fs, b"fixed");
+    fs.write(inode, 0, &[3u8; 4096]).unwrap();
+    assert_eq!(
+        fs.getattr(inode).unwrap().blocks_512 * 512,
+        (256 << 10) + 4096
+    );
+    let scan = fs.start_background_scan(std::time::Duration::from_millis(20));
+    assert!(scan.is_running());
+    for _ in 0..500 {
+        if fs.getattr(inode).unwrap().blocks_512 == 8 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(fs.getattr(inode).unwrap().blocks_512, 8);
+    scan.stop();
+    let fs = std::sync::Arc::into_inner(fs).unwrap();
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}

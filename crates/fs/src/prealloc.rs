@@ -1,0 +1,320 @@
+//! Speculative preallocation past end of file, extent size hints, and trimming what goes
+//! unused.
+//!
+//! An extending write that needs new blocks also maps unwritten blocks past its end: as many
+//! as the file is large, rounded up to a power of two (so the reservation doubles as the file
+//! grows), capped at `PREALLOC_BYTES_MAX`, none below `PREALLOC_MIN_FILE_BYTES`; the
+//! `alloc_size` mount option fixes the amount instead. New extents try first to continue the
+//! previous one exactly on disk, then go near it. This is the same for buffered and direct
+//! writes (FUSE gives no delayed allocation), and `fsync` keeps the blocks, so an appender
+//! that syncs every write still gets a few long extents.
+//!
+//! An extent size hint (blocks, in the inode; inherited from a directory with the
+//! EXTSIZE_INHERIT flag) widens every allocation to whole, aligned hint-sized units.
+//!
+//! Unused speculative blocks are trimmed on the last close, or by `trim_idle` (run by the
+//! thread `start_background_scan` starts) once the inode has been idle for a while. Inodes
+//! with an extent size hint keep theirs (the fix XFS adopted for `O_DIRECT` appenders).
+//! Only the speculative range recorded in memory is trimmed, so blocks `fallocate` placed
+//! past EOF stay. After a crash the record is gone and the blocks stay mapped past EOF: they
+//! are real extents (fsck counts them, nothing leaks) and go when the file is truncated or
+//! removed.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::FsError;
+use crate::bmap::{FileMap, Mapping, Placement};
+use crate::fs::Filesystem;
+use crate::inode::{Inode, InodeData};
+
+/// Files smaller than this get no speculative preallocation.
+pub(crate) const PREALLOC_MIN_FILE_BYTES: u64 = 64 << 10;
+/// Largest speculative preallocation.
+pub(crate) const PREALLOC_BYTES_MAX: u64 = 8 << 30;
+
+/// Speculative ranges past EOF, by inode, and counters.
+#[derive(Debug, Default)]
+pub(crate) struct Preallocs {
+    /// Inode -> (first block past the speculative range, last time it grew or was used).
+    ranges: Mutex<HashMap<u64, (u64, Instant)>>,
+    pub preallocated_blocks: AtomicU64,
+    pub trimmed_blocks: AtomicU64,
+    pub idle_scans: AtomicU64,
+}
+
+impl Preallocs {
+    fn note(&self, inode: u64, end_block: u64) {
+        let mut ranges = self.ranges.lock();
+        let entry = ranges.entry(inode).or_insert((end_block, Instant::now()));
+        entry.0 = entry.0.max(end_block);
+        entry.1 = Instant::now();
+    }
+
+    fn take(&self, inode: u64) -> Option<u64> {
+        self.ranges.lock().remove(&inode).map(|(end, _)| end)
+    }
+
+    pub fn stats(&self) -> crate::types::DataStats {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        crate::types::DataStats {
+            preallocated_blocks: load(&self.preallocated_blocks),
+            trimmed_blocks: load(&self.trimmed_blocks),
+            idle_scans: load(&self.idle_scans),
+        }
+    }
+
+    fn idle(&self, idle_for: Duration) -> Vec<u64> {
+        let ranges = self.ranges.lock();
+        ranges
+            .iter()
+            .filter(|(_, (_, used))| used.elapsed() >= idle_for)
+            .map(|(&inode, _)| inode)
+            .collect()
+    }
+}
+
+/// What an extending write maps: file blocks `first..last` as `placement` says.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WritePlan {
+    pub first: u64,
+    pub last: u64,
+    pub placement: Placement,
+    /// End of the speculative range, when the plan reaches past the write.
+    pub speculative_end: Option<u64>,
+}
+
+impl WritePlan {
+    /// The allocation unit in blocks (the extent size hint, or 1).
+    pub fn alignment_blocks(&self) -> u64 {
+        u64::from(self.placement.alignment.max(1))
+    }
+}
+
+impl Filesystem {
+    /// Plans the allocation for a write of file blocks `first..last` ending at byte `end`.
+    pub(crate) fn plan_write(
+        &self,
+        inode: u64,
+        meta: &InodeData,
+        first: u64,
+        last: u64,
+        end: u64,
+    ) -> Result<WritePlan, FsError> {
+        let hint = u64::from(meta.core.extent_size_hint);
+        let mut plan = WritePlan {
+            first,
+            last,
+            placement: Placement::near(true),
+            speculative_end: None,
+        };
+        plan.placement.exact_first = true;
+        if hint > 1 {
+            plan.first = first / hint * hint;
+            plan.last = last.div_ceil(hint) * hint;
+            plan.placement.alignment = hint as u32;
+            plan.placement.min_len = hint as u32;
+        }
+        let map = FileMap::read(self, inode, meta)?;
+        let needs_blocks = has_hole(&map, first, last);
+        let extending = end > meta.core.size;
+        let speculative = self.speculative_blocks(meta.core.size);
+        if needs_blocks && extending && speculative > 0 {
+            let mut spec_end = last.saturating_add(speculative);
+            if hint > 1 {
+                spec_end = spec_end.div_ceil(hint) * hint;
+            }
+            let spec_end = spec_end.min(cairn_format::limits::FILE_BLOCK_MAX);
+            plan.last = plan.last.max(spec_end);
+            plan.speculative_end = Some(spec_end);
+        }
+        Ok(plan)
+    }
+
+    /// Blocks to preallocate past a write that extends a file of `size` bytes.
+    fn speculative_blocks(&self, size: u64) -> u64 {
+        let block_size = u64::from(self.geometry.block_size);
+        if let Some(fixed) = self.options.alloc_size {
+            return fixed.div_ceil(block_size);
+        }
+        if size < PREALLOC_MIN_FILE_BYTES {
+            return 0;
+        }
+        size.next_power_of_two().min(PREALLOC_BYTES_MAX) / block_size
+    }
+
+    /// Records the speculative range a write mapped (`plan.speculative_end`).
+    pub(crate) fn note_preallocation(&self, inode: u64, plan: &WritePlan, mapped_blocks: u64) {
+        if let Some(end) = plan.speculative_end {
+            self.preallocs.note(inode, end);
+            self.preallocs
+                .preallocated_blocks
+                .fetch_add(mapped_blocks, Ordering::Relaxed);
+        }
+    }
+
+    /// On the last close: trims unused speculative blocks unless the inode has an extent
+    /// size hint.
+    pub(crate) fn trim_on_last_close(&self, handle: &Inode) -> Result<(), FsError> {
+        self.trim_speculative(handle).map(|_| ())
+    }
+
+    /// Trims the speculative blocks of inodes idle for `idle_for` and not open; returns the
+    /// blocks freed.
+    pub fn trim_idle(&self, idle_for: Duration) -> Result<u64, FsError> {
+        self.preallocs.idle_scans.fetch_add(1, Ordering::Relaxed);
+        let mut freed = 0;
+        for number in self.preallocs.idle(idle_for) {
+            let Some(handle) = self.inodes.cached(number) else {
+                self.preallocs.take(number);
+                continue;
+            };
+            if handle.data.lock().opens > 0 {
+                continue;
+            }
+            freed += self.trim_speculative(&handle)?;
+        }
+        Ok(freed)
+    }
+
+    /// Unmaps the unwritten blocks of the recorded speculative range past EOF.
+    fn trim_speculative(&self, handle: &Inode) -> Result<u64, FsError> {
+        let _io = handle.io.write();
+        let mut meta = handle.data.lock();
+        if meta.core.extent_size_hint > 1 || !meta.is_allocated() {
+            return Ok(0);
+        }
+        let Some(spec_end) = self.preallocs.take(handle.number) else {
+            return Ok(0);
+        };
+        let block_size = u64::from(self.geometry.block_size);
+        let eof_block = meta.core.size.div_ceil(block_size);
+        if spec_end <= eof_block {
+            return Ok(0);
+        }
+        let mut tx = self.begin(self.write_reservation())?;
+        let mut map = FileMap::load(self, &mut tx, handle.number, &meta)?;
+        let (written, unused): (Vec<_>, Vec<_>) = map
+            .cut(eof_block, spec_end)
+            .into_iter()
+            .partition(|e| !e.unwritten);
+        for extent in written {
+            map.insert(extent);
+        }
+        let freed = map.free(self, &mut tx, &mut meta, &unused);
+        let stored = map.store(self, &mut tx, &mut meta);
+        Self::log_inode(&mut tx, handle.number, &mut meta);
+        Self::commit(tx, &mut [&mut meta])?;
+        freed?;
+        stored?;
+        let blocks: u64 = unused.iter().map(|e| u64::from(e.length)).sum();
+        self.preallocs
+            .trimmed_blocks
+            .fetch_add(blocks, Ordering::Relaxed);
+        Ok(blocks)
+    }
+
+    /// Sets inode `inode`'s extent size hint (bytes, rounded up to blocks; 0 clears it), and
+    /// for a directory whether new children inherit it.
+    pub fn set_extent_size_hint(
+        &self,
+        inode: u64,
+        hint_bytes: u64,
+        inherit: bool,
+    ) -> Result<(), FsError> {
+        use cairn_format::inode::INODE_FLAG_EXTSIZE_INHERIT;
+        self.check_writable()?;
+        let block_size = u64::from(self.geometry.block_size);
+        let blocks = u32::try_from(hint_bytes.div_ceil(block_size))
+            .ok()
+            .filter(|&b| b <= cairn_format::limits::EXTENT_LEN_MAX)
+            .ok_or(FsError::InvalidArgument("extent size hint too large"))?;
+        let handle = self.live_inode(inode)?;
+        let mut meta = handle.data.lock();
+        meta.core.extent_size_hint = blocks;
+        meta.core.flags &= !INODE_FLAG_EXTSIZE_INHERIT;
+        if inherit && meta.is_dir() {
+            meta.core.flags |= INODE_FLAG_EXTSIZE_INHERIT;
+        }
+        let reservation = cairn_journal::Reservation::for_items(&self.geometry, 0, 0, 1, 0);
+        let mut tx = self.begin(reservation)?;
+        Self::log_inode(&mut tx, inode, &mut meta);
+        Self::commit(tx, &mut [&mut meta])?;
+        Ok(())
+    }
+
+    /// Starts the thread that trims idle speculative preallocation every `interval`, for
+    /// inodes idle that long. It holds only a weak reference: stop it (or drop the handle)
+    /// before unmounting.
+    pub fn start_background_scan(self: &Arc<Self>, interval: Duration) -> BackgroundScan {
+        let weak: Weak<Filesystem> = Arc::downgrade(self);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("cairn-eofscan".into())
+            .spawn(move || {
+                while !stop_flag.load(Ordering::Acquire) {
+                    std::thread::park_timeout(interval);
+                    if stop_flag.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let Some(fs) = weak.upgrade() else { break };
+                    // A failed scan is retried on the next round; the error has already
+                    // shut the filesystem down if it was serious.
+                    let _ = fs.trim_idle(interval);
+                }
+            })
+            .ok();
+        BackgroundScan { stop, thread }
+    }
+}
+
+/// Whether file blocks `first..last` have any hole.
+fn has_hole(map: &FileMap, first: u64, last: u64) -> bool {
+    let mut block = first;
+    while block < last {
+        match map.lookup(block) {
+            Mapping::Hole { .. } => return true,
+            Mapping::Mapped(extent) => block = extent.file_end(),
+        }
+    }
+    false
+}
+
+/// The background trim thread; stopped and joined by `stop` or on drop.
+#[derive(Debug)]
+pub struct BackgroundScan {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl BackgroundScan {
+    /// Whether the thread could be started.
+    pub fn is_running(&self) -> bool {
+        self.thread.is_some()
+    }
+
+    /// Stops the thread and waits for it.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for BackgroundScan {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
