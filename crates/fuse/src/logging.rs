@@ -4,7 +4,7 @@
 
 use std::ffi::CString;
 use std::fs::OpenOptions;
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -28,7 +28,10 @@ fn filter() -> EnvFilter {
 pub fn init(target: &LogTarget) -> io::Result<()> {
     let builder = tracing_subscriber::fmt().with_env_filter(filter());
     let result = match target {
-        LogTarget::Stderr => builder.with_writer(io::stderr).try_init(),
+        LogTarget::Stderr => builder
+            .with_ansi(io::stderr().is_terminal())
+            .with_writer(io::stderr)
+            .try_init(),
         LogTarget::Syslog => {
             open_syslog();
             builder
