@@ -42,11 +42,11 @@ use crate::inode::InodeData;
 pub(crate) const EXTENTS_PER_STEP: usize = 4;
 
 /// The reservation of one mapping step: the inode, one intent or done item; per extent the
-/// AGF, AGFL and both free-space tree paths (`2 + 2 * (free_levels + 1)`: a split at every level and a new
-/// root); and the extent tree: a split path (`bmap_levels + 1`) plus the AG headers and
-/// free-space paths of its new blocks (`2 + 2 * (free_levels + 1)`). Tree heights are the
-/// most the geometry allows (`levels_bound`), not `BTREE_LEVELS_MAX`, which would ask for
-/// more log space than a small log has.
+/// AGF, AGFL and both free-space tree paths (`2 + 2 * (free_levels + 1)`: a split at every
+/// level and a new root); and the extent tree: a split path (`bmap_levels + 1`) plus the AG
+/// headers and free-space paths of its new blocks (`2 + 2 * (free_levels + 1)`). Tree heights
+/// are the most the geometry allows (`levels_bound`), not `BTREE_LEVELS_MAX`, which would ask
+/// for more log space than a small log has.
 pub(crate) fn step_reservation(fs: &Filesystem) -> Reservation {
     let free_levels = free_tree_levels(fs);
     let per_extent = 2 + 2 * (free_levels + 1);
@@ -318,6 +318,9 @@ impl FileMap {
         let delta = ctx.blocks_delta;
         data.core.block_count = data.core.block_count.saturating_add_signed(delta);
         result?;
+        if let Some(cached) = fs.data_cache.cached(self.number, data.core.generation) {
+            crate::extents::note_change(&cached, &self.original, &self.list)?;
+        }
         self.original = self.list.clone();
         Ok(())
     }
@@ -438,7 +441,7 @@ pub(crate) fn cut(list: &mut Vec<Extent>, start: u64, end: u64) -> Vec<Extent> {
 }
 
 /// The part of `extent` covering file blocks `from..to` (inside it).
-fn piece(extent: &Extent, from: u64, to: u64) -> Extent {
+pub(crate) fn piece(extent: &Extent, from: u64, to: u64) -> Extent {
     Extent {
         file_block: from,
         fs_block: FsBlock(extent.fs_block.0 + (from - extent.file_block)),

@@ -242,7 +242,7 @@ pub(crate) fn destroy(
 
 /// Records of `old` to delete, to update in place (same key) and to insert, to reach `new`.
 /// Both lists are sorted by file block with distinct keys.
-fn diff(old: &[Extent], new: &[Extent]) -> (Vec<Extent>, Vec<Extent>, Vec<Extent>) {
+pub(crate) fn diff(old: &[Extent], new: &[Extent]) -> (Vec<Extent>, Vec<Extent>, Vec<Extent>) {
     let (mut deleted, mut updated, mut inserted) = (Vec::new(), Vec::new(), Vec::new());
     let (mut i, mut j) = (0, 0);
     while i < old.len() || j < new.len() {

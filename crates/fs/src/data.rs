@@ -9,13 +9,13 @@
 //! crash never exposes another file's old data.
 
 use cairn_blockdev::AlignedBuf;
-use cairn_format::Extent;
+use cairn_extcache::InodeExtents;
 use cairn_format::inode::ForkFormat;
 use cairn_journal::Reservation;
 
 use crate::bmap::{self, FileMap, Mapping, Placement};
 use crate::fs::Filesystem;
-use crate::inode::{InodeData, now};
+use crate::inode::{Inode, InodeData, now};
 use crate::{FsError, perm};
 
 /// Largest single read or write, in bytes.
@@ -37,10 +37,10 @@ impl Filesystem {
     pub fn read(&self, inode: u64, offset: u64, len: u32) -> Result<Vec<u8>, FsError> {
         let handle = self.live_inode(inode)?;
         let _io = handle.io.read();
-        let (size, map) = {
+        let (size, generation) = {
             let data = handle.data.lock();
             check_data_file(&data)?;
-            (data.core.size, FileMap::read(self, inode, &data)?)
+            (data.core.size, data.core.generation)
         };
         let end = size.min(offset.saturating_add(u64::from(len)));
         if offset >= end {
@@ -49,17 +49,24 @@ impl Filesystem {
         Self::count(&self.counters.reads, 1);
         Self::count(&self.counters.read_bytes, end - offset);
         let mut out = vec![0u8; (end - offset) as usize];
-        self.read_range(map.extents(), offset, &mut out)?;
+        let extents = self.data_cache.inode(inode, generation);
+        self.read_range(&handle, &extents, offset, &mut out)?;
         Ok(out)
     }
 
     /// Fills `out` with the file bytes at `offset` (zeros for holes and unwritten extents).
-    fn read_range(&self, list: &[Extent], offset: u64, out: &mut [u8]) -> Result<(), FsError> {
+    fn read_range(
+        &self,
+        handle: &Inode,
+        extents: &InodeExtents,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), FsError> {
         let block_size = u64::from(self.geometry.block_size);
         let end = offset + out.len() as u64;
         let mut block = offset / block_size;
         while block < end.div_ceil(block_size) {
-            let run = match bmap::map(list, block) {
+            let run = match self.map_block(handle, extents, block)? {
                 Mapping::Hole { length } => {
                     block = block.saturating_add(length);
                     continue;
@@ -116,7 +123,8 @@ impl Filesystem {
                 Err(error) => return Err(error),
             }
         }
-        let map = FileMap::read(self, inode, &handle.data.lock())?;
+        let generation = handle.data.lock().core.generation;
+        let extents = self.data_cache.inode(inode, generation);
         let mapped = handle
             .data
             .lock()
@@ -124,7 +132,7 @@ impl Filesystem {
             .block_count
             .saturating_sub(blocks_before);
         self.note_preallocation(inode, &plan, mapped);
-        self.write_blocks(map.extents(), offset, data)?;
+        self.write_blocks(&handle, &extents, offset, data)?;
         let mut meta = handle.data.lock();
         let mut tx = self.begin(self.write_reservation())?;
         let mut map = FileMap::load(self, &mut tx, inode, &meta)?;
@@ -140,6 +148,22 @@ impl Filesystem {
         stored?;
         Self::count(&self.counters.write_bytes, data.len() as u64);
         Ok(data.len() as u32)
+    }
+
+    /// The mapping of file block `block` through the extent cache (the caller holds the I/O
+    /// lock, so the map cannot change while a miss reads and caches it).
+    fn map_block(
+        &self,
+        handle: &Inode,
+        extents: &InodeExtents,
+        block: u64,
+    ) -> Result<Mapping, FsError> {
+        crate::extents::lookup(extents, block, || {
+            let data = handle.data.lock();
+            Ok(FileMap::read(self, handle.number, &data)?
+                .extents()
+                .to_vec())
+        })
     }
 
     /// Reservation of one allocation or conversion step (see `bmap::step_reservation`).
@@ -174,12 +198,18 @@ impl Filesystem {
 
     /// Writes `data` at `offset` into mapped blocks; partial blocks of written extents are
     /// read first, those of unwritten ones start from zeros.
-    fn write_blocks(&self, list: &[Extent], offset: u64, data: &[u8]) -> Result<(), FsError> {
+    fn write_blocks(
+        &self,
+        handle: &Inode,
+        extents: &InodeExtents,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), FsError> {
         let block_size = u64::from(self.geometry.block_size);
         let end = offset + data.len() as u64;
         let mut block = offset / block_size;
         while block < end.div_ceil(block_size) {
-            let Mapping::Mapped(run) = bmap::map(list, block) else {
+            let Mapping::Mapped(run) = self.map_block(handle, extents, block)? else {
                 return Err(FsError::corrupt(
                     "file mapping",
                     block,

@@ -66,6 +66,7 @@ pub struct Filesystem {
     /// Serialises renames (see `rename.rs` for the lock order).
     pub(crate) rename_lock: parking_lot::Mutex<()>,
     pub(crate) preallocs: crate::prealloc::Preallocs,
+    pub(crate) data_cache: crate::extents::DataCache,
 }
 
 /// Reads and checks the primary superblock of `device`.
@@ -129,6 +130,7 @@ impl Filesystem {
             recovery,
             rename_lock: parking_lot::Mutex::new(()),
             preallocs: crate::prealloc::Preallocs::default(),
+            data_cache: crate::extents::DataCache::new()?,
         };
         fs.finish_intents()?;
         fs.load_ag_counts()?;
@@ -219,6 +221,7 @@ impl Filesystem {
             journal: self.journal.stats(),
             alloc: self.alloc.stats(),
             data: self.preallocs.stats(),
+            extcache: self.data_cache.cache.stats(),
         }
     }
 

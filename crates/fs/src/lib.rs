@@ -24,6 +24,7 @@ mod data;
 mod dir;
 mod dir_index;
 mod error;
+mod extents;
 mod fallocate;
 mod fs;
 mod glue;

@@ -220,4 +220,5 @@ pub struct FsStats {
     pub journal: cairn_journal::JournalStats,
     pub alloc: cairn_alloc::AllocStats,
     pub data: DataStats,
+    pub extcache: cairn_extcache::StatsSnapshot,
 }
