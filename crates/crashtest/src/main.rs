@@ -39,7 +39,7 @@ fn run(quick: bool) -> Result<Tally, CrashError> {
     eprintln!("faults: {}", tally.summary());
     suite::merge(&mut tally, suite::fuzz_run(2000 / stride as u64, 4)?);
     eprintln!("fuzz: {}", tally.summary());
-    suite::merge(&mut tally, suite::space_run(4, 3)?);
+    suite::merge(&mut tally, suite::space_run(1, 3)?);
     Ok(tally)
 }
 
