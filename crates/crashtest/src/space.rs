@@ -190,7 +190,7 @@ pub fn empty_round(fs: &Filesystem, free_before: u64) -> Vec<String> {
     match crate::walk::walk(fs, 0) {
         Ok(tree) => {
             for path in tree.entries.keys().filter(|path| path.starts_with("fill/")) {
-                if let Err(error) = fs.unlink(dir, path["fill/".len()..].as_bytes(), &who) {
+                if let Err(error) = fs.unlink(dir, &path.as_bytes()["fill/".len()..], &who) {
                     problems.push(format!("unlink {path}: {error}"));
                 }
             }
