@@ -131,7 +131,9 @@ fn apply(data: &mut InodeData, changes: &SetAttr, who: &Credentials) {
     if let Some(gid) = changes.gid {
         data.core.gid = gid;
     }
-    if owner_change && changes.mode.is_none() && !data.is_dir() {
+    // chown clears setuid/setgid for everyone, a truncate for callers other than root.
+    let truncated = changes.size.is_some() && who.uid != 0;
+    if (owner_change || truncated) && changes.mode.is_none() && !data.is_dir() {
         perm::kill_suid(data);
     }
     let resolve = |t: TimeOrNow| match t {

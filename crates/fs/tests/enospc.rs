@@ -1,0 +1,136 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use cairn_fs::{FileKind, Filesystem, FsError, XattrFlags};
+use common::{fsck_clean, make_device, mount, root};
+
+const CHUNK: usize = 256 << 10;
+
+fn file(fs: &Filesystem, dir: u64, name: &[u8]) -> Result<u64, FsError> {
+    fs.create(dir, name, FileKind::Regular, 0o644, 0, &root())
+        .map(|a| a.inode)
+}
+
+/// Appends `CHUNK`-byte writes to `inode` until one fails; returns the error and the size.
+fn fill_with_data(fs: &Filesystem, inode: u64) -> (FsError, u64) {
+    let mut size = 0u64;
+    let chunk = vec![0xa5u8; CHUNK];
+    loop {
+        match fs.write(inode, size, &chunk) {
+            Ok(written) => size += u64::from(written),
+            Err(error) => return (error, size),
+        }
+        assert!(size < 1 << 30, "the filesystem never filled");
+    }
+}
+
+// Fills the filesystem with one file's data until NoSpace; the filesystem keeps working
+// (reads, statfs, a small write into space freed by truncation), then deleting the file lets
+// the same amount be written again, and fsck is clean throughout.
+#[test]
+fn fill_with_data_then_recover() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let top = fs.root();
+    let big = file(&fs, top, b"big").unwrap();
+    let (error, size) = fill_with_data(&fs, big);
+    assert!(matches!(error, FsError::NoSpace), "{error:?}");
+    assert!(size > 40 << 20, "only {size} bytes fit");
+    assert_eq!(fs.getattr(big).unwrap().size, size);
+    assert_eq!(fs.read(big, size - 10, 10).unwrap(), vec![0xa5; 10]);
+    let free = fs.statfs().unwrap().blocks_free;
+    assert!(free < 64, "{free} blocks still free");
+    // A failed write leaves no trace: the file is unchanged and fsck is clean.
+    fs.sync().unwrap();
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+    let fs = mount(&device);
+    assert_eq!(fs.getattr(big).unwrap().size, size);
+    fs.setattr(big, &size_to(size - (1 << 20)), &root())
+        .unwrap();
+    let small = file(&fs, top, b"small").unwrap();
+    fs.write(small, 0, &[7; 100_000]).unwrap();
+    fs.unlink(top, b"big", &root()).unwrap();
+    fs.forget(big, 1);
+    let again = file(&fs, top, b"again").unwrap();
+    let (error, again_size) = fill_with_data(&fs, again);
+    assert!(matches!(error, FsError::NoSpace), "{error:?}");
+    assert!(again_size + (1 << 20) > size, "{again_size} after {size}");
+    assert_eq!(fs.read(small, 99_990, 10).unwrap(), vec![7; 10]);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+fn size_to(size: u64) -> cairn_fs::SetAttr {
+    cairn_fs::SetAttr {
+        size: Some(size),
+        ..cairn_fs::SetAttr::default()
+    }
+}
+
+// Fills the space with data, frees a little, then creates files, directories and
+// attributes until NoSpace; every failure leaves a working filesystem, deleting everything
+// gives all blocks back, and fsck is clean.
+#[test]
+fn fill_with_files_then_recover() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let top = fs.root();
+    fs.sync().unwrap();
+    let free_at_start = fs.statfs().unwrap().blocks_free;
+    let big = file(&fs, top, b"big").unwrap();
+    let (_, size) = fill_with_data(&fs, big);
+    fs.setattr(big, &size_to(size - (512 << 10)), &root())
+        .unwrap();
+    let dir = fs.mkdir(top, b"d", 0o755, &root()).unwrap().inode;
+    let mut names = Vec::new();
+    let error = loop {
+        let name = format!("file-with-a-longish-name-{:05}", names.len());
+        let made = match names.len() % 10 {
+            0 => fs
+                .mkdir(dir, name.as_bytes(), 0o755, &root())
+                .map(|a| a.inode),
+            _ => file(&fs, dir, name.as_bytes()),
+        };
+        match made {
+            Ok(inode) => {
+                let _ = fs.setxattr(inode, b"user.tag", &[1; 40], XattrFlags::Any, &root());
+                names.push((name, inode));
+            }
+            Err(error) => break error,
+        }
+        assert!(names.len() < 200_000, "the filesystem never filled");
+    };
+    assert!(matches!(error, FsError::NoSpace), "{error:?}");
+    assert!(names.len() > 100, "only {} files", names.len());
+    // Still working: lookups, readdir, statfs, and a create fails cleanly again.
+    let (last, last_inode) = names.last().unwrap();
+    assert_eq!(fs.lookup(dir, last.as_bytes()).unwrap().inode, *last_inode);
+    assert!(fs.readdir(dir, 0, 10).unwrap().len() == 10);
+    fs.statfs().unwrap();
+    fs.sync().unwrap();
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+    let fs = mount(&device);
+    for (index, (name, _)) in names.iter().enumerate() {
+        match index % 10 {
+            0 => fs.rmdir(dir, name.as_bytes(), &root()).unwrap(),
+            _ => fs.unlink(dir, name.as_bytes(), &root()).unwrap(),
+        }
+    }
+    fs.rmdir(top, b"d", &root()).unwrap();
+    fs.unlink(top, b"big", &root()).unwrap();
+    let free = fs.statfs().unwrap().blocks_free;
+    // Inode chunks stay allocated once made; everything else comes back.
+    let chunk_blocks = 64 * 512 / 4096;
+    let chunks = (names.len() as u64).div_ceil(64) + 1;
+    assert!(
+        free + chunks * chunk_blocks >= free_at_start,
+        "{free} of {free_at_start}"
+    );
+    let again = file(&fs, top, b"again").unwrap();
+    fs.write(again, 0, &vec![3; 4 << 20]).unwrap();
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
