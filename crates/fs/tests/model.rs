@@ -1,18 +1,28 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-//! Model-based test of the whole namespace and data API: random operation sequences run on
-//! the filesystem and on `common::model::Model`, compared after every step; fsck after each
-//! case. More cases: `PROPTEST_CASES=256 cargo test -p cairn-fs --test model`.
+//! Model-based test of the whole namespace and data API (names, data, fallocate, extended
+//! attributes): random operation sequences run on the filesystem and on
+//! `common::model::Model`, compared after every step; fsck after each case. More cases:
+//! `PROPTEST_CASES=256 cargo test -p cairn-fs --test model`.
 
 mod common;
 
 use std::sync::Arc;
 
 use cairn_blockdev::MemDevice;
-use cairn_fs::{FileKind, Filesystem, RenameMode, SetAttr};
+use cairn_fs::{FallocateMode, FileKind, Filesystem, RenameMode, SetAttr, XattrFlags};
 use common::model::{Model, Node, Outcome};
 use common::{fsck_clean, make_device, mount, root};
 use proptest::prelude::*;
+
+const XATTR_NAMES: [&[u8]; 4] = [
+    b"user.a",
+    b"user.b",
+    b"trusted.a-longer-attribute-name-xxxxxxxxxxxxxxxxxxxxxxxx",
+    b"security.s",
+];
+/// Value lengths: empty, short form, leaf-local, remote.
+const XATTR_LENGTHS: [usize; 4] = [0, 20, 300, 5000];
 
 const NAMES: [&[u8]; 4] = [
     b"a",
@@ -63,6 +73,22 @@ enum Op {
     Fsync {
         file: usize,
     },
+    Fallocate {
+        file: usize,
+        offset: u64,
+        len: u64,
+        mode: u8,
+    },
+    SetXattr {
+        inode: usize,
+        name: usize,
+        length: usize,
+        byte: u8,
+    },
+    RemoveXattr {
+        inode: usize,
+        name: usize,
+    },
     Remount,
 }
 
@@ -81,6 +107,12 @@ fn op() -> impl Strategy<Value = Op> {
         3 => ((any::<usize>(), name.clone()), (any::<usize>(), name), 0..3u8)
             .prop_map(|(from, to, mode)| Op::Rename { from, to, mode }),
         1 => any::<usize>().prop_map(|file| Op::Fsync { file }),
+        2 => (any::<usize>(), 0..60_000u64, 1..30_000u64, 0..5u8)
+            .prop_map(|(file, offset, len, mode)| Op::Fallocate { file, offset, len, mode }),
+        2 => (any::<usize>(), 0..XATTR_NAMES.len(), 0..XATTR_LENGTHS.len(), any::<u8>())
+            .prop_map(|(inode, name, length, byte)| Op::SetXattr { inode, name, length, byte }),
+        1 => (any::<usize>(), 0..XATTR_NAMES.len())
+            .prop_map(|(inode, name)| Op::RemoveXattr { inode, name }),
         1 => Just(Op::Remount),
     ]
 }
@@ -192,7 +224,68 @@ fn step(fs: &Filesystem, model: &mut Model, op: &Op) {
                 fs.fsync(file, false).unwrap();
             }
         }
+        Op::Fallocate { .. } | Op::SetXattr { .. } | Op::RemoveXattr { .. } => {
+            step_more(fs, model, op)
+        }
         Op::Remount => unreachable!("handled by the runner"),
+    }
+}
+
+/// The fallocate and extended attribute operations.
+fn step_more(fs: &Filesystem, model: &mut Model, op: &Op) {
+    let all: Vec<u64> = model.nodes.keys().copied().collect();
+    match *op {
+        Op::Fallocate {
+            file,
+            offset,
+            len,
+            mode,
+        } => {
+            let Some(file) = pick(&model.files(), file) else {
+                return;
+            };
+            let mode = [
+                FallocateMode::Allocate { keep_size: false },
+                FallocateMode::Allocate { keep_size: true },
+                FallocateMode::PunchHole,
+                FallocateMode::ZeroRange { keep_size: false },
+                FallocateMode::ZeroRange { keep_size: true },
+            ][usize::from(mode)];
+            fs.fallocate(file, offset, len, mode).unwrap();
+            model.fallocate(file, offset as usize, len as usize, mode);
+        }
+        Op::SetXattr {
+            inode,
+            name,
+            length,
+            byte,
+        } => {
+            let inode = pick(&all, inode).unwrap();
+            let value = vec![byte; XATTR_LENGTHS[length]];
+            fs.setxattr(inode, XATTR_NAMES[name], &value, XattrFlags::Any, &root())
+                .unwrap();
+            model.setxattr(inode, XATTR_NAMES[name], &value);
+        }
+        Op::RemoveXattr { inode, name } => {
+            let inode = pick(&all, inode).unwrap();
+            let real = fs.removexattr(inode, XATTR_NAMES[name], &root());
+            let expected = model.removexattr(inode, XATTR_NAMES[name]);
+            assert_eq!(Outcome::of(&real), expected, "{op:?}");
+        }
+        _ => unreachable!("handled by step"),
+    }
+}
+
+/// Compares the extended attributes of `inode` with the model.
+fn compare_xattrs(fs: &Filesystem, model: &Model, inode: u64) {
+    let mut names = fs.listxattr(inode, &root()).unwrap();
+    names.sort();
+    let wanted = model.xattrs.get(&inode).cloned().unwrap_or_default();
+    let wanted_names: Vec<Vec<u8>> = wanted.keys().cloned().collect();
+    assert_eq!(names, wanted_names, "xattr names of {inode}");
+    for (name, value) in &wanted {
+        let real = fs.getxattr(inode, name, &root()).unwrap();
+        assert!(real == *value, "xattr value of {inode}");
     }
 }
 
@@ -219,6 +312,7 @@ fn compare(fs: &Filesystem, model: &Model, dir: u64) {
         2 + subdirs,
         "nlink of {dir}"
     );
+    compare_xattrs(fs, model, dir);
     for inode in entries.values() {
         match model.nodes.get(inode) {
             Some(Node::Dir { .. }) => compare(fs, model, *inode),
@@ -228,6 +322,7 @@ fn compare(fs: &Filesystem, model: &Model, dir: u64) {
                 assert_eq!(attr.nlink, *nlink, "nlink of {inode}");
                 let read = fs.read(*inode, 0, data.len() as u32 + 10).unwrap();
                 assert!(read == *data, "contents of {inode}");
+                compare_xattrs(fs, model, *inode);
             }
             None => panic!("model entry names no inode"),
         }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use cairn_fs::{FsError, RenameMode};
+use cairn_fs::{FallocateMode, FsError, RenameMode};
 
 /// What an operation's outcome is, compared between the model and the filesystem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +15,7 @@ pub enum Outcome {
     IsDirectory,
     NotEmpty,
     Invalid,
+    NoData,
 }
 
 impl Outcome {
@@ -27,6 +28,7 @@ impl Outcome {
             Err(FsError::IsDirectory) => Outcome::IsDirectory,
             Err(FsError::NotEmpty) => Outcome::NotEmpty,
             Err(FsError::InvalidArgument(_)) => Outcome::Invalid,
+            Err(FsError::NoData) => Outcome::NoData,
             Err(other) => panic!("unexpected error {other:?}"),
         }
     }
@@ -45,10 +47,14 @@ pub enum Node {
     },
 }
 
-/// The model: inodes by number.
+/// Extended attributes of one inode: full name to value.
+pub type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// The model: inodes by number, and their extended attributes.
 #[derive(Debug, Clone, Default)]
 pub struct Model {
     pub nodes: BTreeMap<u64, Node>,
+    pub xattrs: BTreeMap<u64, Xattrs>,
 }
 
 impl Model {
@@ -61,7 +67,10 @@ impl Model {
                 parent: root,
             },
         );
-        Model { nodes }
+        Model {
+            nodes,
+            xattrs: BTreeMap::new(),
+        }
     }
 
     pub fn dirs(&self) -> Vec<u64> {
@@ -138,6 +147,7 @@ impl Model {
             Some(Node::File { nlink, .. }) if *nlink > 1 => *nlink -= 1,
             _ => {
                 self.nodes.remove(&inode);
+                self.xattrs.remove(&inode);
             }
         }
     }
@@ -254,6 +264,45 @@ impl Model {
     pub fn truncate(&mut self, inode: u64, size: usize) {
         if let Some(Node::File { data, .. }) = self.nodes.get_mut(&inode) {
             data.resize(size, 0);
+        }
+    }
+
+    /// Applies `fallocate`: allocation extends the size unless kept; punch and zero range
+    /// zero the bytes inside the file (zero range may extend it).
+    pub fn fallocate(&mut self, inode: u64, offset: usize, len: usize, mode: FallocateMode) {
+        let Some(Node::File { data, .. }) = self.nodes.get_mut(&inode) else {
+            return;
+        };
+        let end = offset + len;
+        let grow = match mode {
+            FallocateMode::Allocate { keep_size } | FallocateMode::ZeroRange { keep_size } => {
+                !keep_size
+            }
+            FallocateMode::PunchHole => false,
+        };
+        if grow && data.len() < end {
+            data.resize(end, 0);
+        }
+        if !matches!(mode, FallocateMode::Allocate { .. }) {
+            let stop = end.min(data.len());
+            if offset < stop {
+                data[offset..stop].fill(0);
+            }
+        }
+    }
+
+    pub fn setxattr(&mut self, inode: u64, name: &[u8], value: &[u8]) {
+        self.xattrs
+            .entry(inode)
+            .or_default()
+            .insert(name.to_vec(), value.to_vec());
+    }
+
+    pub fn removexattr(&mut self, inode: u64, name: &[u8]) -> Outcome {
+        let removed = self.xattrs.get_mut(&inode).and_then(|x| x.remove(name));
+        match removed {
+            Some(_) => Outcome::Ok,
+            None => Outcome::NoData,
         }
     }
 }
