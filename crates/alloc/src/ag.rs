@@ -49,7 +49,7 @@ impl<'x, 'c, B: Buffers<'c>> AgCtx<'x, B> {
         uuid: [u8; 16],
         ag: AgNumber,
     ) -> Result<Self, AllocError> {
-        let block = FsBlock(geometry.ag_start(ag.0) + u64::from(AG_AGF_BLOCK));
+        let block = agf_block(geometry, ag);
         let spec = agf_spec(uuid, ag);
         let guard = bufs.buffer(block, &spec, false)?;
         let decoded = Agf::decode(guard)
@@ -190,6 +190,11 @@ impl<'x, 'c, B: Buffers<'c>> AgCtx<'x, B> {
     }
 }
 
+/// The block of AG `ag`'s header. Holding its buffer is holding the AG lock.
+pub(crate) fn agf_block(geometry: &Geometry, ag: AgNumber) -> FsBlock {
+    FsBlock(geometry.ag_start(ag.0) + u64::from(AG_AGF_BLOCK))
+}
+
 fn agf_spec(uuid: [u8; 16], ag: AgNumber) -> ReadSpec {
     ReadSpec::new(&AGF_OPS, uuid)
         .with_owner(u64::from(ag.0))
@@ -234,6 +239,10 @@ impl<'c, B: Buffers<'c>> Buffers<'c> for AgCtx<'_, B> {
 
     fn invalidate(&mut self, block: FsBlock, spec: &ReadSpec) -> Result<(), TreeError> {
         self.bufs.invalidate(block, spec)
+    }
+
+    fn holds(&mut self, block: FsBlock) -> bool {
+        self.bufs.holds(block)
     }
 }
 

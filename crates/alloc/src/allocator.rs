@@ -1,27 +1,43 @@
 //! The allocator over all AGs: AG order, free-list upkeep, busy extents and statistics.
+//!
+//! Lock order (see `docs/alloc.md`). The AG lock is the AGF buffer: whoever holds it (joined to
+//! a transaction, so until commit or cancel) owns the AG's trees, free list and in-memory
+//! state. Then:
+//! 1. AGF buffers in ascending AG order across the whole transaction: before locking an AGF
+//!    the allocator asks its context which AGFs it already holds (`Buffers::holds`) and never
+//!    locks one below the highest of them;
+//! 2. the AGF, then that AG's free list and tree buffers (only AGF holders touch them);
+//! 3. the `AgState` mutex last, only while holding that AG's AGF, released before the call
+//!    returns. Nobody waits for a buffer while holding an `AgState` mutex of another AG, and
+//!    nobody takes one without that AG's AGF (the longest-extent hint is a lock-free atomic).
+//!
+//! The old order (state mutex, then AGF, mutex released on return while the AGF stayed held
+//! until commit) deadlocked: a second call of a transaction waited for the mutex while holding
+//! the AGF, another transaction held the mutex and waited for that AGF.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use cairn_btree::Buffers;
 use cairn_format::{AgNumber, FsBlock, Geometry};
 use parking_lot::Mutex;
 
 use crate::AllocError;
-use crate::ag::AgCtx;
+use crate::ag::{AgCtx, agf_block};
 use crate::busy::{BusyExtents, LogSequence};
 use crate::counters::OpCounters;
 use crate::request::{Allocation, Mode, Request};
 use crate::search::{Search, by_size, exact, near};
 use crate::space::{AgSpace, free_list_need};
 
-/// In-memory state of one AG, behind its lock.
+/// In-memory state of one AG, behind its mutex, which is taken only while holding the AG's
+/// AGF buffer (the AG lock) and released before the allocator returns.
 #[derive(Debug, Default)]
 pub(crate) struct AgState {
     pub busy: BusyExtents,
-    /// Longest free extent when last seen (`None` before the AG was first read): lets the
-    /// allocator skip AGs without locking their headers.
-    pub longest_hint: Option<u32>,
 }
+
+/// `longest_hints` value of an AG not read yet.
+const HINT_UNKNOWN: u32 = u32::MAX;
 
 /// Counters of the allocator (monotonic, relaxed).
 #[derive(Debug, Default)]
@@ -58,6 +74,10 @@ pub struct Allocator {
     pub(crate) geometry: Geometry,
     pub(crate) uuid: [u8; 16],
     pub(crate) ags: Vec<Mutex<AgState>>,
+    /// Longest free extent of each AG when last seen (`HINT_UNKNOWN` before the AG was first
+    /// read): lets the allocator skip AGs without locking their headers. Atomic so reading it
+    /// takes no lock; written under the AG's AGF, so it is exact while that is held.
+    longest_hints: Vec<AtomicU32>,
     stats: Stats,
 }
 
@@ -66,6 +86,9 @@ impl Allocator {
         Self {
             ags: (0..geometry.ag_count)
                 .map(|_| Mutex::new(AgState::default()))
+                .collect(),
+            longest_hints: (0..geometry.ag_count)
+                .map(|_| AtomicU32::new(HINT_UNKNOWN))
                 .collect(),
             geometry,
             uuid,
@@ -91,7 +114,8 @@ impl Allocator {
         }
     }
 
-    /// The busy ranges of AG `ag` (a copy).
+    /// The busy ranges of AG `ag` (a copy). Takes the AG's state mutex without its AGF: call it
+    /// only from a thread that holds no AG lock (tests and tools).
     pub fn busy_extents(&self, ag: AgNumber) -> Vec<crate::BusyExtent> {
         self.ags
             .get(ag.0 as usize)
@@ -99,12 +123,23 @@ impl Allocator {
             .unwrap_or_default()
     }
 
+    /// The lowest AG the context may lock: `lowest` raised to the highest AG whose AGF it
+    /// already holds (from earlier calls of the same transaction), so AG locks ascend across
+    /// the whole transaction whatever floor the caller tracked.
+    fn floor<'c, B: Buffers<'c>>(&self, bufs: &mut B, lowest: AgNumber) -> u32 {
+        let lowest = lowest.0.min(self.geometry.ag_count);
+        (lowest..self.geometry.ag_count)
+            .rev()
+            .find(|ag| bufs.holds(agf_block(&self.geometry, AgNumber(*ag))))
+            .unwrap_or(lowest)
+    }
+
     /// AGs to try, in an order that keeps locks ascending within a transaction: the target's
-    /// AG and those above it, then (only if none of those was locked) the ones from
-    /// `lowest_ag` up to the target's.
-    fn ag_order(&self, request: &Request) -> (Vec<u32>, Vec<u32>) {
+    /// AG and those above it, then (only if none of those was locked) the ones from `floor`
+    /// up to the target's.
+    fn ag_order(&self, request: &Request, floor: u32) -> (Vec<u32>, Vec<u32>) {
         let count = self.geometry.ag_count;
-        let lowest = request.lowest_ag.0.min(count);
+        let lowest = floor.min(count);
         let target = self
             .geometry
             .ag_of(request.target)
@@ -132,7 +167,8 @@ impl Allocator {
         request: &Request,
     ) -> Result<(Option<Allocation>, OpCounters), AllocError> {
         request.validate()?;
-        let (first, wrapped) = self.ag_order(request);
+        let floor = self.floor(bufs, request.lowest_ag);
+        let (first, wrapped) = self.ag_order(request, floor);
         let mut counters = OpCounters::default();
         for ag in first {
             if let Some(found) = self.try_ag(bufs, log, request, ag, &mut counters)? {
@@ -158,14 +194,23 @@ impl Allocator {
         ag: u32,
         counters: &mut OpCounters,
     ) -> Result<Option<Allocation>, AllocError> {
-        let Some(state) = self.ags.get(ag as usize) else {
+        let (Some(state), Some(hint)) = (
+            self.ags.get(ag as usize),
+            self.longest_hints.get(ag as usize),
+        ) else {
             return Ok(None);
         };
-        let mut state = state.lock();
-        if state.longest_hint.is_some_and(|l| l < request.min_len) {
+        let longest = hint.load(Ordering::Relaxed);
+        if longest != HINT_UNKNOWN && longest < request.min_len {
             return Ok(None);
         }
-        self.allocate_in(bufs, log, request, AgNumber(ag), &mut state, counters)
+        // The AGF first (it may wait for another transaction's commit), then the state mutex.
+        let mut ctx = AgCtx::open(bufs, &self.geometry, self.uuid, AgNumber(ag))?;
+        let mut state = state.lock();
+        let result = self.allocate_in(&mut ctx, log, request, &mut state);
+        counters.add(&ctx.counters);
+        hint.store(ctx.agf.longest_free, Ordering::Relaxed);
+        result
     }
 
     /// One AG: refill the free list, search, and carve the winner out of both trees. If busy
@@ -173,20 +218,14 @@ impl Allocator {
     /// added to `counters` (the AG counts as tried even when this fails).
     fn allocate_in<'c, B: Buffers<'c>>(
         &self,
-        bufs: &mut B,
+        ctx: &mut AgCtx<'_, B>,
         log: &dyn LogSequence,
         request: &Request,
-        ag: AgNumber,
         state: &mut AgState,
-        counters: &mut OpCounters,
     ) -> Result<Option<Allocation>, AllocError> {
         let cleared = state.busy.clear_durable(log.durable_sequence()) as u64;
-        let mut ctx = AgCtx::open(bufs, &self.geometry, self.uuid, ag)?;
         ctx.counters.busy_cleared += cleared;
-        let result = self.search_and_carve(&mut ctx, log, request, state);
-        counters.add(&ctx.counters);
-        state.longest_hint = Some(ctx.agf.longest_free);
-        result
+        self.search_and_carve(ctx, log, request, state)
     }
 
     fn search_and_carve<'c, B: Buffers<'c>>(
@@ -321,13 +360,22 @@ impl Allocator {
             why,
         };
         let state = self.ags.get(ag.0 as usize).ok_or(bad("no such AG"))?;
+        let hint = self
+            .longest_hints
+            .get(ag.0 as usize)
+            .ok_or(bad("no such AG"))?;
         let end = u64::from(ag_start) + u64::from(length);
         if length == 0 || end > u64::from(self.geometry.ag_len(ag.0)) {
             return Err(bad("empty or crosses the AG's end"));
         }
+        let held = self.floor(bufs, ag);
+        if held > ag.0 && !bufs.holds(agf_block(&self.geometry, ag)) {
+            return Err(AllocError::AgOrder { ag: ag.0, held });
+        }
+        // The AGF first (it may wait for another transaction's commit), then the state mutex.
+        let mut ctx = AgCtx::open(bufs, &self.geometry, self.uuid, ag)?;
         let mut state = state.lock();
         let cleared = state.busy.clear_durable(log.durable_sequence()) as u64;
-        let mut ctx = AgCtx::open(bufs, &self.geometry, self.uuid, ag)?;
         ctx.counters.busy_cleared += cleared;
         let mut space = AgSpace::open(&ctx)?;
         // Merging into the trees can split blocks, so the free list is topped up first. A full
@@ -336,7 +384,7 @@ impl Allocator {
         space.add(&mut ctx, ag_start, length)?;
         state.busy.insert(ag_start, length, sequence);
         trim_free_list(&mut ctx, &mut space, &mut state.busy, sequence)?;
-        state.longest_hint = Some(ctx.agf.longest_free);
+        hint.store(ctx.agf.longest_free, Ordering::Relaxed);
         self.stats.frees.fetch_add(1, Ordering::Relaxed);
         Ok(ctx.counters)
     }

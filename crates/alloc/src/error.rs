@@ -31,6 +31,12 @@ pub enum AllocError {
     #[error("forcing the log to sequence {sequence}: {what}")]
     LogForce { sequence: u64, what: String },
 
+    /// A free in an AG below one whose header the transaction already holds: locking it
+    /// could deadlock against a transaction locking AGs in ascending order. Callers free in
+    /// ascending AG order (or in a later transaction); nothing was changed.
+    #[error("freeing in AG {ag} while holding AG {held}'s header (AG locks must ascend)")]
+    AgOrder { ag: u32, held: u32 },
+
     /// An invariant check failed.
     #[error("allocator invariant broken in AG {ag}: {what}")]
     Invariant { ag: u32, what: String },

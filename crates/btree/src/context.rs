@@ -28,6 +28,16 @@ pub trait Buffers<'c> {
     /// Marks the buffer of a freed block stale: it is never written home and its pending
     /// changes are dropped.
     fn invalidate(&mut self, block: FsBlock, spec: &ReadSpec) -> Result<(), TreeError>;
+
+    /// Whether this context already holds (locks) the buffer of `block`. The allocator asks it
+    /// for AG headers, so a transaction that holds an AG's header never waits for a lower AG's
+    /// (AG locks ascend across the whole transaction, not only within one call). Contexts
+    /// that keep buffers past one call must answer truthfully; the default suits wrappers whose
+    /// owner passes its own context to the allocator.
+    fn holds(&mut self, block: FsBlock) -> bool {
+        let _ = block;
+        false
+    }
 }
 
 /// Buffers plus the blocks a tree grows into and shrinks out of.
@@ -157,6 +167,10 @@ impl<'c> Buffers<'c> for CacheContext<'c> {
         };
         guard.mark_stale();
         Ok(())
+    }
+
+    fn holds(&mut self, block: FsBlock) -> bool {
+        self.held.contains_key(&block.0)
     }
 }
 

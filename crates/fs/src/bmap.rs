@@ -526,7 +526,11 @@ pub(crate) fn free_pieces(
     removed: &[Extent],
 ) -> Result<(), FsError> {
     let sequence = free_sequence(&fs.journal);
-    for extent in removed {
+    // Ascending block order is ascending AG order: the allocator locks AG headers in that
+    // order only (docs/alloc.md, lock order).
+    let mut sorted: Vec<&Extent> = removed.iter().collect();
+    sorted.sort_by_key(|extent| extent.fs_block.0);
+    for extent in sorted {
         // One AG per free call: an extent never crosses an AG (allocations come from one).
         fs.alloc.free(
             tx,

@@ -56,6 +56,10 @@ impl<'j> Buffers<'j> for BmapCtx<'_, 'j> {
     fn invalidate(&mut self, block: FsBlock, spec: &ReadSpec) -> Result<(), TreeError> {
         self.tx.invalidate(block, spec)
     }
+
+    fn holds(&mut self, block: FsBlock) -> bool {
+        self.tx.holds(block)
+    }
 }
 
 impl<'j> TreeContext<'j> for BmapCtx<'_, 'j> {

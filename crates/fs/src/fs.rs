@@ -274,7 +274,10 @@ impl Filesystem {
         for intent in self.recovery.unfinished_intents.clone() {
             let mut tx = self.begin(Reservation::remove(&self.geometry))?;
             let sequence = crate::glue::free_sequence(&self.journal);
-            for extent in &intent.extents {
+            // Ascending AG order, as the allocator requires within one transaction.
+            let mut extents = intent.extents.clone();
+            extents.sort_by_key(|extent| extent.start.0);
+            for extent in &extents {
                 self.alloc.free(
                     &mut tx,
                     &crate::glue::JournalLog(&self.journal),

@@ -52,6 +52,10 @@ impl<'j> Buffers<'j> for Tx<'j> {
             .invalidate_buf(key)
             .map_err(|error| journal_error(block, error))
     }
+
+    fn holds(&mut self, block: FsBlock) -> bool {
+        self.tx.buf_mut(BufKey::single(block.0)).is_some()
+    }
 }
 
 /// The journal as the allocator sees it.
@@ -116,6 +120,10 @@ impl<'j> Buffers<'j> for AgTreeCtx<'_, 'j> {
 
     fn invalidate(&mut self, block: FsBlock, spec: &ReadSpec) -> Result<(), TreeError> {
         self.tx.invalidate(block, spec)
+    }
+
+    fn holds(&mut self, block: FsBlock) -> bool {
+        self.tx.holds(block)
     }
 }
 
