@@ -44,6 +44,11 @@ pub const AG_FIRST_FREE: u32 = 8;
 pub const LOG_BLOCKS_MIN: u32 = 64;
 pub const LOG_BYTES_MAX: u64 = 2 << 30;
 pub const LOG_BYTES_MIN: u64 = 512 * 1024;
+/// Smallest log mkfs makes. The journal refuses a transaction reserving more than a quarter of
+/// the log, and cairn's largest transactions (a create splitting every tree level, a data
+/// mapping step) change up to about 170 blocks, so a log of four times that with room for the
+/// checkpoint headers is 1024 blocks: 4 MiB with 4 KiB blocks.
+pub const LOG_BLOCKS_USABLE_MIN: u32 = 1024;
 
 /// Longest file name in bytes.
 pub const NAME_LEN_MAX: usize = 255;

@@ -2,7 +2,7 @@
 
 use cairn_format::limits::{
     AG_BLOCKS_MAX, AG_BLOCKS_MIN, AG_FIRST_FREE, BLOCK_SIZE_DEFAULT, INODE_SIZE_DEFAULT,
-    INODES_PER_CHUNK, LABEL_LEN_MAX, LOG_BLOCKS_MIN, LOG_BYTES_MIN,
+    INODES_PER_CHUNK, LABEL_LEN_MAX, LOG_BLOCKS_USABLE_MIN, LOG_BYTES_MIN,
 };
 use cairn_format::{AgBlock, AgNumber, Geometry, InodeNumber};
 
@@ -23,8 +23,6 @@ pub const LOG_BYTES_DEFAULT_MAX: u64 = 512 << 20;
 /// Free blocks that must remain in the log's AG after the log, as a share of the AG (1/8):
 /// an AG that is all log would leave nowhere to put its own growth.
 pub const LOG_AG_SHARE_MAX_DIVISOR: u64 = 2;
-/// Smallest filesystem mkfs makes.
-pub const FS_BYTES_MIN: u64 = 4 << 20;
 
 /// What the user asked for; `None` means "choose for me".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,19 +88,24 @@ pub fn plan(device_bytes: u64, device_sector: u32, request: &Request) -> Result<
             "requested size {fs_bytes} is larger than the device ({device_bytes} bytes)"
         )));
     }
-    if fs_bytes < FS_BYTES_MIN {
+    let chunk_blocks = (INODES_PER_CHUNK * inode_size.max(1))
+        .div_ceil(block_size.max(1))
+        .max(1);
+    let root_chunk = Plan::reserved_end().next_multiple_of(chunk_blocks);
+    let log_ag_blocks_min = log_ag_blocks_min(root_chunk + chunk_blocks);
+    let block_size_bytes = u64::from(block_size.max(1));
+    if fs_bytes / block_size_bytes < log_ag_blocks_min {
         return Err(MkfsError::TooSmall {
             bytes: fs_bytes,
-            needed: FS_BYTES_MIN,
+            needed: log_ag_blocks_min * block_size_bytes,
         });
     }
-    let block_count = fs_bytes / u64::from(block_size.max(1));
-    let ag_blocks = choose_ag_blocks(block_count, block_size, request)?;
+    let block_count = fs_bytes / block_size_bytes;
+    let ag_blocks = choose_ag_blocks(block_count, block_size, log_ag_blocks_min, request)?;
     let block_count = drop_runt_ag(block_count, ag_blocks);
     let ag_count = block_count.div_ceil(u64::from(ag_blocks)) as u32;
-    let log_ag = ag_count / 2;
-    let chunk_blocks = (INODES_PER_CHUNK * inode_size).div_ceil(block_size).max(1);
-    let root_chunk = Plan::reserved_end().next_multiple_of(chunk_blocks);
+    // A middle AG, as XFS does, but never a shorter last AG (unless it is the only one).
+    let log_ag = (ag_count - 1) / 2;
     let log_first = if log_ag == 0 {
         root_chunk + chunk_blocks
     } else {
@@ -153,9 +156,16 @@ fn encode_label(text: &str) -> Result<[u8; LABEL_LEN_MAX], MkfsError> {
     Ok(label)
 }
 
+/// Blocks an AG needs to hold the smallest usable log in at most half of its free area, when
+/// the log starts at block `log_first` of it.
+fn log_ag_blocks_min(log_first: u32) -> u64 {
+    u64::from(log_first) + LOG_AG_SHARE_MAX_DIVISOR * u64::from(LOG_BLOCKS_USABLE_MIN)
+}
+
 fn choose_ag_blocks(
     block_count: u64,
     block_size: u32,
+    log_ag_blocks_min: u64,
     request: &Request,
 ) -> Result<u32, MkfsError> {
     let block_size = u64::from(block_size);
@@ -171,14 +181,13 @@ fn choose_ag_blocks(
         (None, None) => {
             let max_ag_blocks = AG_BYTES_DEFAULT_MAX / block_size;
             let count = AG_COUNT_DEFAULT.max(block_count.div_ceil(max_ag_blocks));
-            block_count.div_ceil(count)
+            // Small filesystems get fewer, larger AGs, so one of them can hold the log.
+            block_count
+                .div_ceil(count)
+                .max(log_ag_blocks_min)
+                .min(block_count)
         }
     };
-    if wanted < u64::from(AG_BLOCKS_MIN) && request.ag_count.is_none() && request.ag_bytes.is_none()
-    {
-        // Tiny filesystems: fewer, minimum-size AGs rather than AGs too small to use.
-        return Ok(AG_BLOCKS_MIN.max(block_count.min(u64::from(AG_BLOCKS_MAX)) as u32));
-    }
     if !(u64::from(AG_BLOCKS_MIN)..=u64::from(AG_BLOCKS_MAX)).contains(&wanted) {
         return Err(MkfsError::Geometry {
             field: "ag_blocks",
@@ -214,7 +223,7 @@ fn choose_log_blocks(
             if blocks > room_blocks.saturating_sub(1) {
                 return Err(MkfsError::Option(format!(
                     "log of {bytes} bytes does not fit in one allocation group \
-                     ({} blocks free there)",
+                     ({} blocks free there); use fewer allocation groups (-a)",
                     room_blocks
                 )));
             }
@@ -223,12 +232,17 @@ fn choose_log_blocks(
         None => {
             let bytes =
                 (fs_bytes / LOG_FRACTION_DEFAULT).clamp(LOG_BYTES_MIN, LOG_BYTES_DEFAULT_MAX);
-            (bytes / block_size).min(room)
+            (bytes / block_size)
+                .max(u64::from(LOG_BLOCKS_USABLE_MIN))
+                .min(room)
         }
     };
-    if blocks < u64::from(LOG_BLOCKS_MIN) {
+    if blocks < u64::from(LOG_BLOCKS_USABLE_MIN) {
         return Err(MkfsError::Option(format!(
-            "log of {blocks} blocks is smaller than the minimum of {LOG_BLOCKS_MIN} blocks"
+            "a log of {blocks} blocks is too small: the journal needs at least \
+             {LOG_BLOCKS_USABLE_MIN} blocks ({} bytes at this block size); \
+             use a larger log (-l) or fewer allocation groups (-a)",
+            u64::from(LOG_BLOCKS_USABLE_MIN) * block_size
         )));
     }
     Ok(blocks as u32)
@@ -243,12 +257,14 @@ mod tests {
     #[test]
     fn default_layouts() {
         let small = plan(16 << 20, 4096, &Request::default()).unwrap();
-        assert_eq!(small.geometry.ag_count, 4);
+        // 16 MiB: two AGs, so one of them holds the smallest usable log in half its space.
+        assert_eq!(small.geometry.ag_count, 2);
         assert_eq!(small.geometry.block_count, 4096);
+        assert_eq!(small.geometry.log_blocks, LOG_BLOCKS_USABLE_MIN);
         let gib = plan(1 << 30, 4096, &Request::default()).unwrap();
         assert_eq!(gib.geometry.ag_count, 4);
         assert_eq!(gib.geometry.log_blocks, (32 << 20) / 4096);
-        assert_eq!(gib.log_ag, 2);
+        assert_eq!(gib.log_ag, 1);
         let tib = plan(1 << 40, 4096, &Request::default()).unwrap();
         assert_eq!(tib.geometry.ag_count, 4);
         let big = plan(16 << 40, 4096, &Request::default()).unwrap();
@@ -303,6 +319,7 @@ mod tests {
                 let g = p.geometry;
                 prop_assert!(g.block_count <= (mib << 20) / u64::from(g.block_size));
                 prop_assert!(g.inode_is_valid(p.root_inode.0));
+                prop_assert!(g.log_blocks >= LOG_BLOCKS_USABLE_MIN);
                 let log_ag = (g.log_start / u64::from(g.ag_blocks)) as u32;
                 prop_assert_eq!(log_ag, p.log_ag);
             }
