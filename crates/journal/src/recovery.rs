@@ -306,6 +306,8 @@ struct Replay<'d> {
     device: &'d dyn BlockDevice,
     geometry: &'d Geometry,
     blocks: BTreeMap<u64, Vec<u8>>,
+    /// Home LSNs of the blocks the current checkpoint touched, as they were before it.
+    before: HashMap<u64, HomeLsns>,
 }
 
 /// The LSN a home copy carries, if its header is intact (a block that is not valid metadata,
@@ -325,6 +327,7 @@ impl<'d> Replay<'d> {
             device,
             geometry,
             blocks: BTreeMap::new(),
+            before: HashMap::new(),
         }
     }
 
@@ -385,36 +388,30 @@ impl<'d> Replay<'d> {
         let cancels = last_cancels(&complete);
         let mut pending = BTreeMap::new();
         for (index, checkpoint) in complete.iter().enumerate() {
-            for (item_index, item) in checkpoint.items.iter().enumerate() {
-                let applied = match item {
-                    LogItem::Buffer { block, regions, .. } if regions.is_empty() => false,
-                    LogItem::Buffer { block, .. }
-                        if cancels
-                            .get(&block.0)
-                            .is_some_and(|&c| c > (index, item_index)) =>
-                    {
-                        false
-                    }
-                    LogItem::Buffer {
-                        block,
-                        block_bytes,
-                        regions,
-                        data,
-                    } => self.apply_buffer(*block, *block_bytes, regions, data, checkpoint.lsn)?,
-                    LogItem::Inode { inode, image } => {
-                        self.apply_inode(InodeNumber(*inode), image, checkpoint.lsn)?
-                    }
-                    LogItem::ExtentFreeIntent { intent_id, extents } => {
-                        pending.insert(*intent_id, extents.clone());
-                        true
-                    }
-                    LogItem::ExtentFreeDone { intent_id, .. } => {
-                        pending.remove(intent_id);
-                        true
-                    }
-                    LogItem::CheckpointStart { .. } | LogItem::CheckpointCommit { .. } => true,
+            // Skip decisions compare with the home state from before this checkpoint, so an
+            // item replayed (and stamped) here cannot make a later item of it look applied.
+            self.before.clear();
+            // Buffer items first, then inode items: a logical inode image is newer than a
+            // buffer image of its cluster in the same checkpoint (XFS reorders the same way).
+            let buffers_first = checkpoint
+                .items
+                .iter()
+                .enumerate()
+                .filter(|(_, item)| !matches!(item, LogItem::Inode { .. }))
+                .chain(
+                    checkpoint
+                        .items
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, item)| matches!(item, LogItem::Inode { .. })),
+                );
+            for (item_index, item) in buffers_first {
+                let cancelled = |block: FsBlock| {
+                    cancels
+                        .get(&block.0)
+                        .is_some_and(|&c| c > (index, item_index))
                 };
-                match applied {
+                match self.replay_item(item, checkpoint.lsn, cancelled, &mut pending)? {
                     true => report.items_replayed += 1,
                     false => report.items_skipped += 1,
                 }
@@ -424,6 +421,55 @@ impl<'d> Replay<'d> {
         Ok(pending)
     }
 
+    /// Replays one item of the checkpoint at `lsn`; returns whether it changed anything.
+    fn replay_item(
+        &mut self,
+        item: &LogItem,
+        lsn: Lsn,
+        cancelled: impl Fn(FsBlock) -> bool,
+        pending: &mut BTreeMap<u64, Vec<FreeExtent>>,
+    ) -> Result<bool, JournalError> {
+        Ok(match item {
+            LogItem::Buffer { regions, .. } if regions.is_empty() => false,
+            LogItem::Buffer { block, .. } if cancelled(*block) => false,
+            LogItem::Buffer {
+                block,
+                block_bytes,
+                regions,
+                data,
+            } => self.apply_buffer(*block, *block_bytes, regions, data, lsn)?,
+            LogItem::Inode { inode, image } => self.apply_inode(InodeNumber(*inode), image, lsn)?,
+            LogItem::ExtentFreeIntent { intent_id, extents } => {
+                pending.insert(*intent_id, extents.clone());
+                true
+            }
+            LogItem::ExtentFreeDone { intent_id, .. } => {
+                pending.remove(intent_id);
+                true
+            }
+            LogItem::CheckpointStart { .. } | LogItem::CheckpointCommit { .. } => true,
+        })
+    }
+
+    /// The LSNs `block` carried before the current checkpoint touched it, taken on its first
+    /// use in the checkpoint.
+    fn before(&mut self, block: u64, block_bytes: usize) -> Result<HomeLsns, JournalError> {
+        if let Some(before) = self.before.get(&block)
+            && before.block_bytes == block_bytes
+        {
+            return Ok(before.clone());
+        }
+        let inode_size = self.geometry.inode_size as usize;
+        let raw = self.block(block, block_bytes)?;
+        let before = HomeLsns::of(raw, inode_size);
+        self.before.insert(block, before.clone());
+        Ok(before)
+    }
+
+    /// Applies a buffer item's regions. On a block that was an inode cluster before this
+    /// checkpoint, each inode is decided and stamped on its own: an inode whose home copy is
+    /// as new as the checkpoint keeps it (a cluster's inodes carry their own LSNs, written
+    /// home by the AIL from logical inode items). Other blocks are decided as a whole.
     fn apply_buffer(
         &mut self,
         block: FsBlock,
@@ -433,23 +479,26 @@ impl<'d> Replay<'d> {
         lsn: Lsn,
     ) -> Result<bool, JournalError> {
         let inode_size = self.geometry.inode_size as usize;
+        let before = self.before(block.0, block_bytes as usize)?;
         let raw = self.block(block.0, block_bytes as usize)?;
-        let is_inodes = MetaHeader::decode(raw).is_ok_and(|h| h.magic == MetaKind::Inode.magic());
-        let home = match is_inodes {
-            true => home_lsn(&raw[..inode_size.min(raw.len())]),
-            false => home_lsn(raw),
-        };
-        if home >= lsn {
-            return Ok(false);
+        if !before.inodes {
+            if before.whole >= lsn {
+                return Ok(false);
+            }
+            let whole = raw.len();
+            copy_regions_in(raw, regions, data, whole, |_| true);
+            stamp_block(raw, inode_size, lsn);
+            return Ok(true);
         }
-        let mut at = 0usize;
-        for &(offset, length) in regions {
-            let (offset, length) = (offset as usize, length as usize);
-            raw[offset..offset + length].copy_from_slice(&data[at..at + length]);
-            at += length;
+        let stale = |slot: usize| before.slots.get(slot).is_none_or(|&home| home < lsn);
+        let touched = copy_regions_in(raw, regions, data, inode_size, stale);
+        for &slot in &touched {
+            let at = slot * inode_size;
+            if let Some(inode) = raw.get_mut(at..at + inode_size) {
+                cairn_format::stamp(inode, Some(lsn));
+            }
         }
-        stamp_block(raw, inode_size, lsn);
-        Ok(true)
+        Ok(!touched.is_empty())
     }
 
     fn apply_inode(
@@ -471,15 +520,75 @@ impl<'d> Replay<'d> {
             .inode_position(inode)
             .ok_or_else(|| bad("inode number outside the filesystem"))?;
         let block_size = self.geometry.block_size as usize;
-        let raw = self.block(block.0, block_size)?;
-        let slot = &mut raw[offset..offset + size];
-        if home_lsn(slot) >= lsn {
+        let before = self.before(block.0, block_size)?;
+        if before
+            .slots
+            .get(offset / size)
+            .is_some_and(|&home| home >= lsn)
+        {
             return Ok(false);
         }
+        let raw = self.block(block.0, block_size)?;
+        let slot = &mut raw[offset..offset + size];
         slot.copy_from_slice(image);
         cairn_format::stamp(slot, Some(lsn));
         Ok(true)
     }
+}
+
+/// The LSNs of a home block as replay found it before the current checkpoint.
+#[derive(Debug, Clone)]
+struct HomeLsns {
+    block_bytes: usize,
+    /// The block is an inode cluster: each inode has its own header and LSN.
+    inodes: bool,
+    /// The whole block's LSN (for blocks that are not inode clusters).
+    whole: Lsn,
+    /// Each inode slot's LSN (`Lsn::ZERO` where the slot is not an intact inode).
+    slots: Vec<Lsn>,
+}
+
+impl HomeLsns {
+    fn of(raw: &[u8], inode_size: usize) -> Self {
+        let inodes = MetaHeader::decode(raw).is_ok_and(|h| h.magic == MetaKind::Inode.magic());
+        Self {
+            block_bytes: raw.len(),
+            inodes,
+            whole: home_lsn(raw),
+            slots: raw.chunks_exact(inode_size).map(home_lsn).collect(),
+        }
+    }
+}
+
+/// Copies each region's bytes from `data` into `raw`, cut into `piece`-byte pieces, keeping
+/// only the pieces `wanted(index)` accepts; returns the indices of the pieces written to, in
+/// order, without repeats.
+fn copy_regions_in(
+    raw: &mut [u8],
+    regions: &[(u32, u32)],
+    data: &[u8],
+    piece: usize,
+    wanted: impl Fn(usize) -> bool,
+) -> Vec<usize> {
+    let piece = piece.max(1);
+    let mut touched: Vec<usize> = Vec::new();
+    let mut at = 0usize;
+    for &(offset, length) in regions {
+        let (mut offset, end) = (offset as usize, offset as usize + length as usize);
+        while offset < end {
+            let index = offset / piece;
+            let run = end.min((index + 1) * piece) - offset;
+            if wanted(index) {
+                raw[offset..offset + run].copy_from_slice(&data[at..at + run]);
+                if touched.last() != Some(&index) {
+                    touched.push(index);
+                }
+            }
+            offset += run;
+            at += run;
+        }
+    }
+    touched
 }
 
 /// Stamps `lsn` and the CRC: per inode for inode clusters, over the whole block otherwise.
