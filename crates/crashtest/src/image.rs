@@ -13,11 +13,6 @@ use crate::CrashError;
 pub const SECTOR_BYTES: u32 = 512;
 /// Size of the devices the crash explorer uses: small, so each crash image is cheap to build.
 pub const CRASH_DEVICE_BYTES: u64 = 16 << 20;
-/// Log size of the test devices. Given explicitly because mkfs's default for filesystems
-/// under 32 MiB (512 KiB) is smaller than the journal accepts (and 1 MiB
-/// cannot hold the reservation of a mkdir); see
-/// `regression_mkfs_default_log_mountable` and docs/reliability.md.
-pub const LOG_BYTES: u64 = 2 << 20;
 /// The UUID every test image carries, so failures reproduce byte for byte.
 pub const TEST_UUID: [u8; 16] = [0xc4; 16];
 
@@ -25,7 +20,6 @@ pub const TEST_UUID: [u8; 16] = [0xc4; 16];
 pub fn formatted_device(fs_bytes: u64) -> Result<MemDevice, CrashError> {
     let request = cairn_mkfs::Request {
         fs_bytes: Some(fs_bytes),
-        log_bytes: Some(LOG_BYTES),
         ..cairn_mkfs::Request::default()
     };
     format_with(fs_bytes, &request)

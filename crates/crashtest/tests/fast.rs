@@ -9,10 +9,9 @@ use cairn_crashtest::suite::{self, Tally};
 use cairn_crashtest::workload;
 
 /// Signatures of the open violations listed in docs/reliability.md.
-const OPEN_SIGNATURES: [&str; 3] = [
-    "is free but the chunk marks it in use",
-    "no such file or directory",
-    "never had this name",
+const OPEN_SIGNATURES: [&str; 1] = [
+    // Open item 4: an extending truncate then a crash before its fsync completes.
+    "match no version",
 ];
 
 fn is_open(violation: &Violation) -> bool {
