@@ -1,6 +1,9 @@
-//! Buffer cache benchmarks: cached lookup cost with the lookaside array on and off, for working
-//! sets of 8, 37 and 1,000 buffers per AG over 4 and 16 AGs, on 1 and 2 threads; then the
-//! lookaside hit rates of the replayed "create 100k files" and "unlink them" traces (printed).
+//! Buffer cache benchmarks, lookaside array on and off, for working sets of 8, 37 and 1,000
+//! buffers per AG over 4 and 16 AGs, on 1 and 2 threads: `bufcache/lookup` is a full cached
+//! `get` + release (hold, lock, unlock, release included); `bufcache/lookup_step` is
+//! `is_cached`, the find step alone (slot read, or index lock + search), which is the part the
+//! lookaside replaces. Then the lookaside hit rates of the replayed "create 100k files" and
+//! "unlink them" traces (printed).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::hint::black_box;
@@ -61,14 +64,25 @@ fn working_set(cache: &BufferCache, per_ag: u32, ag_count: u32) -> Vec<BufKey> {
     keys
 }
 
-/// `iters` lookups over `keys` starting at `start`, each released at once.
-fn lookups(cache: &BufferCache, keys: &[Vec<BufKey>], start: usize, iters: u64) {
+/// What one benchmark iteration does with a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// `get` and release.
+    Get,
+    /// `is_cached`: the find step alone.
+    Find,
+}
+
+/// `iters` lookups over `keys` starting at `start`; each `get` is released at once.
+fn lookups(cache: &BufferCache, keys: &[Vec<BufKey>], start: usize, iters: u64, step: Step) {
     let spec = spec();
     let keys = &keys[start % keys.len()];
     let mut index = 0;
     for _ in 0..iters {
-        let guard = cache.get(keys[index], &spec).unwrap();
-        black_box(guard[0]);
+        match step {
+            Step::Get => black_box(cache.get(keys[index], &spec).unwrap()[0]),
+            Step::Find => black_box(u8::from(cache.is_cached(keys[index]))),
+        };
         index += 1;
         if index == keys.len() {
             index = 0;
@@ -76,18 +90,24 @@ fn lookups(cache: &BufferCache, keys: &[Vec<BufKey>], start: usize, iters: u64) 
     }
 }
 
-fn run_threads(cache: &BufferCache, keys: &[Vec<BufKey>], threads: usize, iters: u64) -> Duration {
+fn run_threads(
+    cache: &BufferCache,
+    keys: &[Vec<BufKey>],
+    threads: usize,
+    iters: u64,
+    step: Step,
+) -> Duration {
     if threads == 1 {
         let start = Instant::now();
-        lookups(cache, keys, 0, iters);
+        lookups(cache, keys, 0, iters, step);
         return start.elapsed();
     }
     std::thread::scope(|scope| {
         let start = Instant::now();
         for thread in 1..threads {
-            scope.spawn(move || lookups(cache, keys, thread, iters));
+            scope.spawn(move || lookups(cache, keys, thread, iters, step));
         }
-        lookups(cache, keys, 0, iters);
+        lookups(cache, keys, 0, iters, step);
         start
     })
     // Wall time for every thread to do `iters` lookups: the per-lookup cost under sharing.
@@ -95,33 +115,48 @@ fn run_threads(cache: &BufferCache, keys: &[Vec<BufKey>], threads: usize, iters:
 }
 
 fn lookup_benches(c: &mut Criterion) {
-    let mut group = c.benchmark_group("bufcache/lookup");
-    group.warm_up_time(Duration::from_millis(500));
-    group.measurement_time(Duration::from_secs(2));
-    group.sample_size(30);
-    for per_ag in [8u32, 37, 1000] {
-        for ag_count in [4u32, 16] {
-            for threads in [1usize, 2] {
-                // On and off side by side, so each pair is measured minutes apart at most.
-                for (label, slots) in [("lookaside_on", 37u32), ("lookaside_off", 0)] {
-                    let cache = cache(ag_count, slots, AG_BLOCKS);
-                    let keys = working_set(&cache, per_ag, ag_count);
-                    // Each thread walks the same set from its own offset.
-                    let mut rotated = Vec::new();
-                    for thread in 0..threads {
-                        let mut own = keys.clone();
-                        own.rotate_left(thread * keys.len() / threads.max(1) / 2);
-                        rotated.push(own);
-                    }
-                    let name = format!("{label}/{per_ag}_per_ag/{ag_count}_ags/{threads}_thread");
-                    group.bench_function(name, |b| {
-                        b.iter_custom(|iters| run_threads(&cache, &rotated, threads, iters));
-                    });
+    for (group_name, step) in [
+        ("bufcache/lookup", Step::Get),
+        ("bufcache/lookup_step", Step::Find),
+    ] {
+        let mut group = c.benchmark_group(group_name);
+        group.warm_up_time(Duration::from_millis(300));
+        group.measurement_time(Duration::from_secs(1));
+        group.sample_size(20);
+        for per_ag in [8u32, 37, 1000] {
+            for ag_count in [4u32, 16] {
+                for threads in [1usize, 2] {
+                    lookup_pair(&mut group, per_ag, ag_count, threads, step);
                 }
             }
         }
+        group.finish();
     }
-    group.finish();
+}
+
+/// On and off side by side, so each pair is measured seconds apart.
+fn lookup_pair(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    per_ag: u32,
+    ag_count: u32,
+    threads: usize,
+    step: Step,
+) {
+    for (label, slots) in [("lookaside_on", 37u32), ("lookaside_off", 0)] {
+        let cache = cache(ag_count, slots, AG_BLOCKS);
+        let keys = working_set(&cache, per_ag, ag_count);
+        // Each thread walks the same set from its own offset.
+        let mut rotated = Vec::new();
+        for thread in 0..threads {
+            let mut own = keys.clone();
+            own.rotate_left(thread * keys.len() / threads.max(1) / 2);
+            rotated.push(own);
+        }
+        let name = format!("{label}/{per_ag}_per_ag/{ag_count}_ags/{threads}_thread");
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| run_threads(&cache, &rotated, threads, iters, step));
+        });
+    }
 }
 
 /// Prints the lookaside hit rates of the replayed traces for several slot counts.

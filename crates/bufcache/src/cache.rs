@@ -105,7 +105,7 @@ impl BufferCache {
     }
 
     pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot()
+        self.stats.snapshot(self.config.lookaside_slots > 0)
     }
 
     /// Number of buffers in the index (stale ones included).
@@ -130,6 +130,27 @@ impl BufferCache {
         self.lookup(key, spec, Mode::Create, Wait::Block)
     }
 
+    /// Like `get_new`, but fails with `WouldBlock` instead of waiting for a locked buffer.
+    pub fn try_get_new(&self, key: BufKey, spec: &ReadSpec) -> Result<BufGuard<'_>, BufCacheError> {
+        self.lookup(key, spec, Mode::Create, Wait::Try)
+    }
+
+    /// Whether a live buffer for `key` is cached, found the way `get` finds it (lookaside, then
+    /// index) but without taking a hold, locking, reading or counting anything: the lookup
+    /// step alone (XFS's `xfs_buf_incore`). The answer can be out of date at once.
+    pub fn is_cached(&self, key: BufKey) -> bool {
+        let Ok((ag, ag_block)) = self.locate(key) else {
+            return false;
+        };
+        let shard = &self.shards[ag];
+        let live = |buffer: &Arc<Buffer>| buffer.load_state() & (STALE | DEAD) == 0;
+        let index = shard.index.read();
+        if let Some(buffer) = index.lookaside_find(key, ag_block) {
+            return live(buffer);
+        }
+        index.get(&key).is_some_and(live)
+    }
+
     fn lookup(
         &self,
         key: BufKey,
@@ -140,16 +161,24 @@ impl BufferCache {
         let (ag, ag_block) = self.locate(key)?;
         let shard = &self.shards[ag];
         // Each pass either returns or found a buffer that went stale, or whose first read
-        // failed, while it waited; the next pass replaces or re-reads it.
+        // failed, while it waited. Later passes go straight to the write-locked path, which
+        // replaces or re-reads it, so a bad entry on the fast paths cannot make us spin.
+        let mut fast_path = true;
         loop {
-            let (buffer, source) = match self.find_cached(shard, key, ag_block) {
+            let cached = if fast_path {
+                self.find_cached(shard, key, ag_block)
+            } else {
+                None
+            };
+            fast_path = false;
+            let (buffer, source) = match cached {
                 Some(found) => found,
                 None => match self.find_or_insert(shard, ag, key, ag_block, spec)? {
                     Found::Cached(buffer) => (buffer, Source::Index),
                     Found::Inserted(guard) => return self.fill_inserted(guard, spec, mode),
                 },
             };
-            if let Some(guard) = self.lock_found(buffer, wait)? {
+            if let Some(guard) = self.lock_found(key, buffer, wait)? {
                 return Ok(self.finish_hit(guard, spec, mode, source));
             }
         }
@@ -188,7 +217,8 @@ impl BufferCache {
         true
     }
 
-    /// The lock-free lookaside path, then the index under the read lock. Returns a held buffer.
+    /// Under the read lock, the lookaside slot, then the index; an index hit may then take the
+    /// slot (write lock, rarely). Returns a held buffer.
     #[inline]
     fn find_cached(
         &self,
@@ -196,22 +226,34 @@ impl BufferCache {
         key: BufKey,
         ag_block: u32,
     ) -> Option<(Arc<Buffer>, Source)> {
-        if shard.lookaside_enabled() {
-            if let Some(buffer) = shard.lookaside_get(key, ag_block, |b| self.hold_live(b)) {
-                return Some((buffer, Source::Lookaside));
-            }
-            self.stats.bump(Counter::LookasideMisses);
-        }
         let index = shard.index.read();
+        if let Some(buffer) = index.lookaside_find(key, ag_block)
+            && self.hold_live(buffer)
+        {
+            shard.lookaside_hit(ag_block);
+            return Some((Arc::clone(buffer), Source::Lookaside));
+        }
         let buffer = index.get(&key)?;
         // A stale entry is replaced by the write-locked path.
         if !self.hold_live(buffer) {
             return None;
         }
-        if shard.lookaside_fill(buffer, ag_block) {
-            self.stats.bump(Counter::LookasideInserts);
+        let buffer = Arc::clone(buffer);
+        let wants_slot = shard.lookaside_wants(&index, &buffer, ag_block);
+        drop(index);
+        if wants_slot {
+            // Rare (empty or stale slot, or rivals' pressure), so the write lock is affordable.
+            // The buffer may have left the index meanwhile: fill only if it is still there.
+            let mut index = shard.index.write();
+            let present = index.get(&key).is_some_and(|b| Arc::ptr_eq(b, &buffer));
+            if present
+                && buffer.load_state() & (STALE | DEAD) == 0
+                && shard.lookaside_fill(&mut index, &buffer, ag_block)
+            {
+                self.stats.bump(Counter::LookasideInserts);
+            }
         }
-        Some((Arc::clone(buffer), Source::Index))
+        Some((buffer, Source::Index))
     }
 
     /// Under the write lock: drops stale buffers at `key.block`, refuses a live buffer of
@@ -241,7 +283,9 @@ impl BufferCache {
             } else if buffer.key == key {
                 // Live and in the index, and both change only under this write lock.
                 buffer.hold();
-                if shard.lookaside_fill(&buffer, ag_block) {
+                if shard.lookaside_wants(&index, &buffer, ag_block)
+                    && shard.lookaside_fill(&mut index, &buffer, ag_block)
+                {
                     self.stats.bump(Counter::LookasideInserts);
                 }
                 return Ok(Found::Cached(buffer));
@@ -262,7 +306,7 @@ impl BufferCache {
         index.insert(key, Arc::clone(&buffer));
         self.memory_bytes
             .fetch_add(bytes_len as u64, Ordering::Relaxed);
-        if shard.lookaside_fill(&buffer, ag_block) {
+        if shard.lookaside_fill(&mut index, &buffer, ag_block) {
             self.stats.bump(Counter::LookasideInserts);
         }
         Ok(Found::Inserted(BufGuard::new(self, buffer, locked)))
@@ -279,7 +323,7 @@ impl BufferCache {
             self.memory_bytes.fetch_sub(bytes, Ordering::Relaxed);
         }
         let (_, ag_block) = self.ag_map.split(key.block);
-        if shard.lookaside_clear(buffer, ag_block) {
+        if shard.lookaside_clear(index, buffer, ag_block) {
             self.stats.bump(Counter::LookasideRemoves);
         }
     }
@@ -330,9 +374,13 @@ impl BufferCache {
     /// failed while we waited (the hold is released and the caller looks again).
     fn lock_found(
         &self,
+        key: BufKey,
         buffer: Arc<Buffer>,
         wait: Wait,
     ) -> Result<Option<BufGuard<'_>>, BufCacheError> {
+        // Checked before waiting on its lock: a wrong buffer (a broken slot or index) must fail
+        // here, not deadlock on a lock the caller holds, nor hand out another block's bytes.
+        assert_eq!(buffer.key, key, "lookup of {key:?} found another buffer");
         let locked = match wait {
             Wait::Block => buffer.data.lock_arc(),
             Wait::Try => match buffer.data.try_lock_arc() {
@@ -396,11 +444,11 @@ impl BufferCache {
     /// cleared, and the next lookup of its block replaces it.
     pub(crate) fn invalidate(&self, buffer: &Arc<Buffer>) {
         let shard = &self.shards[buffer.ag];
-        let _index = shard.index.write();
+        let mut index = shard.index.write();
         buffer.set_flags(STALE);
         buffer.clear_flags(DIRTY);
         let (_, ag_block) = self.ag_map.split(buffer.key.block);
-        if shard.lookaside_clear(buffer, ag_block) {
+        if shard.lookaside_clear(&mut index, buffer, ag_block) {
             self.stats.bump(Counter::LookasideRemoves);
         }
     }

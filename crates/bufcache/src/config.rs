@@ -6,6 +6,11 @@ use crate::BufCacheError;
 
 /// Default lookaside slots per AG: the size the published kernel prototype measured with.
 pub const LOOKASIDE_SLOTS_DEFAULT: u32 = 37;
+/// Index hits of other buffers mapping to an occupied lookaside slot (with no hit of the
+/// occupant in between) after which one of them takes the slot. Higher means less slot
+/// rewriting when the working set is larger than the slots, lower means a new hot buffer gets
+/// a slot sooner; chosen with the create trace and the 1,000-buffers-per-AG bench.
+pub const LOOKASIDE_REPLACE_AFTER: u32 = 8;
 /// Default memory limit for cached buffers.
 pub const MEMORY_LIMIT_BYTES_DEFAULT: u64 = 64 << 20;
 /// Default largest single write-back I/O built by coalescing adjacent buffers.

@@ -69,7 +69,7 @@ impl BufferCache {
     }
 
     fn check_slots(&self, ag: usize, index: &crate::shard::Index) -> Result<(), BufCacheError> {
-        for (slot, buffer) in self.shards[ag].lookaside_entries() {
+        for (slot, buffer) in crate::shard::AgShard::lookaside_entries(index) {
             let in_index = index
                 .get(&buffer.key)
                 .is_some_and(|b| Arc::ptr_eq(b, &buffer));

@@ -4,10 +4,10 @@
 //! held and locked (`BufGuard`), reading and verifying it on a miss; `get_new` creates it
 //! zeroed without reading; `try_get` fails with `WouldBlock` instead of waiting for the lock.
 //! Each AG has its own index (an ordered map behind a `RwLock`) and, in front of it, a small
-//! direct-mapped lookaside array read without locks. Guards record dirty byte ranges for the
-//! journal; pinned buffers are not written home; a delayed-write queue writes dirty buffers
-//! in disk order; an LRU with second chances keeps memory under a limit. The design and its
-//! reasons are in `docs/bufcache.md`.
+//! direct-mapped lookaside array read under the same lock. Guards record dirty byte ranges
+//! for the journal; pinned buffers are not written home; a delayed-write queue writes dirty
+//! buffers in disk order; an LRU with second chances keeps memory under a limit. The design
+//! and its reasons are in `docs/bufcache.md`.
 //!
 //! Owns: the cached buffers, the per-AG indexes and lookaside slots, the LRU, the delayed-write
 //! queue and the cache statistics.
@@ -17,7 +17,7 @@
 //! - a lookup never returns a stale buffer, a dead (removed) one, or one whose first read
 //!   failed: a lookaside hit must match block and length, and is re-checked after its hold;
 //! - every removal from the index marks the buffer dead and clears its slot under the AG's
-//!   write lock; a slot names only buffers in the index;
+//!   write lock; slots change only under that lock and name only live buffers in the index;
 //! - reclaim frees only buffers with no hold, no pin and no unwritten change;
 //! - stale buffers are never written home; pinned ones are not written until unpinned;
 //! - buffer memory is owned by `Arc`: nothing that can reach a buffer outlives it;
@@ -40,8 +40,8 @@ pub mod trace;
 pub use buffer::{BufHandle, BufKey};
 pub use cache::BufferCache;
 pub use config::{
-    BUFFER_BYTES_MAX, CacheConfig, DELWRI_BATCH_BYTES_DEFAULT, LOOKASIDE_SLOTS_DEFAULT,
-    MEMORY_LIMIT_BYTES_DEFAULT,
+    BUFFER_BYTES_MAX, CacheConfig, DELWRI_BATCH_BYTES_DEFAULT, LOOKASIDE_REPLACE_AFTER,
+    LOOKASIDE_SLOTS_DEFAULT, MEMORY_LIMIT_BYTES_DEFAULT,
 };
 pub use delwri::FlushReport;
 pub use error::BufCacheError;

@@ -117,7 +117,7 @@ impl BufferCache {
         if state & UNRECLAIMABLE != 0 {
             return Verdict::Rotate;
         }
-        // A lock-free lookaside reader's hold is a change to the same word, so this exchange
+        // A reader's hold is a change to the same word, so this exchange
         // and that hold cannot both succeed.
         let exchange =
             buffer

@@ -4,7 +4,7 @@
 
 mod common;
 
-use cairn_bufcache::{BufCacheError, BufKey, BufferOps, ReadSpec};
+use cairn_bufcache::{BufCacheError, BufKey, BufferOps, LOOKASIDE_REPLACE_AFTER, ReadSpec};
 use cairn_format::{FormatError, FsBlock, HEADER_SIZE, Lsn};
 use common::*;
 
@@ -64,7 +64,9 @@ fn stale_buffer_still_held_is_replaced() {
     old.mark_stale();
     std::thread::scope(|scope| {
         scope.spawn(|| {
-            let fresh = cache.get(BufKey::single(12), &spec()).unwrap();
+            // `try_get`: nobody holds the fresh buffer, and if the stale one (locked by this
+            // test) came back, waiting for it would deadlock instead of failing.
+            let fresh = cache.try_get(BufKey::single(12), &spec()).unwrap();
             assert_eq!(fresh[HEADER_SIZE], pattern(12, HEADER_SIZE));
             assert!(!fresh.is_stale());
         });
@@ -114,7 +116,8 @@ fn slot_hit_must_match_length() {
     ));
 }
 
-// Checks that blocks sharing one slot each get their own buffer back.
+// Checks that blocks sharing one slot each get their own buffer back, and that rivals do not
+// rewrite the slot on every index hit: the last inserted (7) keeps it and hits every third get.
 #[test]
 fn colliding_blocks_get_their_own_buffers() {
     let device = formatted_device();
@@ -122,16 +125,63 @@ fn colliding_blocks_get_their_own_buffers() {
     for round in 0..20u64 {
         let block = 5 + round % 3;
         let guard = cache.get(BufKey::single(block), &spec()).unwrap();
+        assert_eq!(guard.key(), BufKey::single(block));
         assert_eq!(guard[300], pattern(block, 300));
         drop(guard);
         cache.check_invariants().unwrap();
     }
     let stats = cache.stats();
+    assert_eq!((stats.lookaside_hits, stats.index_hits), (5, 12));
     assert_eq!(
-        stats.lookaside_hits, 0,
-        "three blocks alternating through one slot"
+        stats.lookaside_inserts, 3,
+        "filled on the three inserts only"
     );
-    assert_eq!(stats.index_hits, 17);
+}
+
+// Checks the slot replacement rule: a live occupant gives way to a rival only after
+// LOOKASIDE_REPLACE_AFTER rival index hits in a row, and an occupant hit resets the count.
+#[test]
+fn rival_takes_slot_after_repeated_index_hits() {
+    let device = formatted_device();
+    let cache = cache_on(&device, config().with_lookaside_slots(1));
+    let get = |block: u64| drop(cache.get(BufKey::single(block), &spec()).unwrap());
+    get(6);
+    get(5); // Inserted last: 5 holds the slot.
+    for _ in 1..LOOKASIDE_REPLACE_AFTER {
+        get(6);
+    }
+    get(5); // Still a slot hit; resets the rivals' count.
+    assert_eq!(cache.stats().lookaside_hits, 1);
+    for _ in 0..LOOKASIDE_REPLACE_AFTER {
+        get(6);
+    }
+    let stats = cache.stats();
+    assert_eq!(
+        stats.lookaside_inserts, 3,
+        "two inserts, then 6 took the slot"
+    );
+    assert_eq!(stats.lookaside_hits, 1);
+    get(6);
+    assert_eq!(cache.stats().lookaside_hits, 2);
+    cache.check_invariants().unwrap();
+}
+
+// Checks that an empty slot, or one naming a stale buffer, is filled by the next index hit.
+#[test]
+fn index_hit_fills_empty_or_stale_slot() {
+    let device = formatted_device();
+    let cache = cache_on(&device, config().with_lookaside_slots(1));
+    let get = |block: u64| drop(cache.get(BufKey::single(block), &spec()).unwrap());
+    get(6);
+    get(5);
+    // A slot hit on 5, then 5 is freed and its slot emptied.
+    cache.get(BufKey::single(5), &spec()).unwrap().mark_stale();
+    get(6); // Index hit: fills the empty slot.
+    get(6); // Slot hit.
+    let stats = cache.stats();
+    assert_eq!((stats.lookaside_hits, stats.index_hits), (2, 1));
+    assert_eq!(stats.lookaside_removes, 1);
+    cache.check_invariants().unwrap();
 }
 
 // Checks that reclaim clears the slot, and a handle taken before still owns live memory.

@@ -150,25 +150,39 @@ impl<'c> World<'c> {
         let live = self.live_at(key);
         match live {
             Some(id) if self.entries[id].key != key => {
-                let result = self.cache.get(key, &spec);
-                assert!(matches!(result, Err(BufCacheError::LengthMismatch { .. })));
+                let result = self.cache.try_get(key, &spec);
+                assert!(
+                    matches!(result, Err(BufCacheError::LengthMismatch { .. })),
+                    "{key:?}: {result:?}"
+                );
                 return;
             }
             Some(id) if self.entries[id].holder.is_some() => {
-                if !create {
-                    let result = self.cache.try_get(key, &spec);
-                    assert!(matches!(result, Err(BufCacheError::WouldBlock { .. })));
-                }
+                let result = if create {
+                    self.cache.try_get_new(key, &spec)
+                } else {
+                    self.cache.try_get(key, &spec)
+                };
+                assert!(
+                    matches!(result, Err(BufCacheError::WouldBlock { .. })),
+                    "{key:?}: {result:?}"
+                );
                 return;
             }
             _ => {}
         }
-        let guard = if create {
-            self.cache.get_new(key, &spec)
+        // The model knows nobody holds the buffer, so the non-waiting lookups must succeed: a
+        // wrong buffer handed out (say, one this test holds) fails here instead of deadlocking.
+        let result = if create {
+            self.cache.try_get_new(key, &spec)
         } else {
-            self.cache.get(key, &spec)
-        }
-        .unwrap();
+            self.cache.try_get(key, &spec)
+        };
+        let guard = match result {
+            Ok(guard) => guard,
+            Err(error) => panic!("lookup of {key:?}: {error}"),
+        };
+        assert_eq!(guard.key(), key, "lookup returned another buffer");
         let id = match live {
             Some(id) => id,
             None => {
