@@ -96,6 +96,13 @@ impl Allocator {
         }
     }
 
+    /// The longest free extent of AG `ag` as last seen by this allocator, or `None` before
+    /// the AG's header was read. A hint: callers use it to skip AGs without locking them.
+    pub fn longest_free_hint(&self, ag: u32) -> Option<u32> {
+        let hint = self.longest_hints.get(ag as usize)?.load(Ordering::Relaxed);
+        (hint != HINT_UNKNOWN).then_some(hint)
+    }
+
     pub fn geometry(&self) -> &Geometry {
         &self.geometry
     }

@@ -104,8 +104,20 @@ fn tx_holds_agi(fs: &Filesystem, tx: &mut Tx<'_>, ags: std::ops::Range<u32>) -> 
     })
 }
 
+/// Whether AG `ag` may have room for a new inode chunk, judged without locking it.
+fn chunk_may_fit(fs: &Filesystem, ag: u32) -> bool {
+    let chunk_blocks = fs.geometry.chunk_blocks();
+    fs.ag_may_hold_chunk(ag)
+        && fs
+            .alloc
+            .longest_free_hint(ag)
+            .is_none_or(|longest| longest >= chunk_blocks)
+}
+
 fn allocate_in_ag(fs: &Filesystem, tx: &mut Tx<'_>, ag: u32) -> Result<Option<u64>, FsError> {
-    if fs.ag_inodes_free(ag) == 0 && !fs.ag_may_hold_chunk(ag) {
+    // Skip, without locking its AGI, an AG that cannot give an inode: once this transaction
+    // holds an AGI it may not wrap to a lower AG, so a needless lock here turns into NoSpace.
+    if fs.ag_inodes_free(ag) == 0 && !chunk_may_fit(fs, ag) {
         return Ok(None);
     }
     let mut agi = read_agi(fs, tx, ag)?;
