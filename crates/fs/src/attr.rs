@@ -78,6 +78,9 @@ impl Filesystem {
         let free = {
             let mut data = handle.data.lock();
             data.opens = data.opens.saturating_sub(1);
+            if data.opens == 0 && data.lookups == 0 {
+                self.inodes.note_idle(file.inode);
+            }
             data.opens == 0 && data.lookups == 0 && data.core.nlink == 0 && data.is_allocated()
         };
         if free {

@@ -14,7 +14,7 @@ use cairn_journal::{Journal, JournalConfig, RecoveryReport, Reservation, inode_c
 
 use crate::FsError;
 use crate::glue::Tx;
-use crate::inode::{INODE_CACHE_TARGET, Inode, InodeCache, InodeData, home_matches};
+use crate::inode::{Inode, InodeCache, InodeData, Verdict, home_matches};
 use crate::types::{FsOpStats, FsStats, MountOptions, StatFs};
 
 static AGF_OPS: HeaderOps = HeaderOps::new(MetaKind::Agf);
@@ -216,6 +216,7 @@ impl Filesystem {
                 fsyncs: load(&c.fsyncs),
                 inodes_cached: self.inodes.len() as u64,
                 inodes_reclaimed: load(&self.inodes.reclaimed),
+                inode_reclaim_passes: load(&self.inodes.passes),
             },
             bufcache: self.cache.stats(),
             journal: self.journal.stats(),
@@ -350,7 +351,7 @@ impl Filesystem {
         let inode = self
             .inodes
             .get(&self.cache, &self.cluster_spec, &self.geometry, number)?;
-        if self.inodes.len() > INODE_CACHE_TARGET {
+        if self.inodes.reclaim_due() {
             self.reclaim_inodes();
         }
         Ok(inode)
@@ -365,27 +366,33 @@ impl Filesystem {
         Ok(inode)
     }
 
-    /// Drops idle inodes whose home copies are current: checkpoints and writes the log home
-    /// first, so most idle inodes qualify.
+    /// Drops idle candidate inodes whose home copies are current: checkpoints and writes the
+    /// log home first, so most idle inodes qualify. Runs only when `InodeCache::reclaim_due`
+    /// says so, and looks only at the candidates.
     pub(crate) fn reclaim_inodes(&self) {
+        let candidates = self.inodes.take_candidates();
         if self.journal.force_all().is_err() || self.journal.push_ail().is_err() {
+            for number in candidates {
+                self.inodes.note_idle(number);
+            }
             return;
         }
-        for inode in self.inodes.idle() {
-            let number = inode.number;
-            drop(inode);
-            self.inodes.drop_if_clean(number, |inode| {
+        for number in candidates {
+            self.inodes.judge(number, |inode| {
                 let Some(mut data) = inode.data.try_lock() else {
-                    return false;
+                    return Verdict::Retry;
                 };
-                let idle = data.lookups == 0 && data.opens == 0;
-                idle && home_matches(
+                if data.lookups > 0 || data.opens > 0 {
+                    return Verdict::Referenced;
+                }
+                let clean = home_matches(
                     &self.cache,
                     &self.cluster_spec,
                     &self.geometry,
                     number,
                     &mut data,
-                )
+                );
+                if clean { Verdict::Drop } else { Verdict::Retry }
             });
         }
     }
@@ -430,5 +437,92 @@ impl Filesystem {
     /// Counts one operation.
     pub(crate) fn count(counter: &AtomicU64, amount: u64) {
         counter.fetch_add(amount, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use cairn_blockdev::{BlockDevice, MemDevice};
+
+    use super::*;
+    use crate::types::{Credentials, FileKind};
+
+    fn mount() -> Filesystem {
+        let bytes = 64 << 20;
+        let device = MemDevice::new(bytes, 4096);
+        let request = cairn_mkfs::Request {
+            fs_bytes: Some(bytes),
+            ..cairn_mkfs::Request::default()
+        };
+        let plan = cairn_mkfs::plan(bytes, 4096, &request).unwrap();
+        let options = cairn_mkfs::FormatOptions {
+            uuid: Some([9; 16]),
+            discard: false,
+            now_secs: 1_700_000_000,
+        };
+        cairn_mkfs::format(&device, &plan, &options).unwrap();
+        let device: Arc<dyn BlockDevice> = Arc::new(device);
+        Filesystem::mount(device, MountOptions::default()).unwrap()
+    }
+
+    // Every created inode keeps its lookup reference (as under FUSE), so nothing is freeable:
+    // the table grows past its soft limit and reclaim passes stay rare (bounded by the
+    // insertion count over the interval), instead of one per inode access.
+    #[test]
+    fn referenced_inodes_over_the_limit_bound_reclaim_work() {
+        const TARGET: usize = 256;
+        const FILES: usize = 3_000;
+        let fs = mount();
+        fs.inodes.set_target(TARGET);
+        let who = Credentials::root();
+        let mut dirs = Vec::new();
+        for d in 0..4 {
+            let name = format!("d{d}");
+            dirs.push(
+                fs.mkdir(fs.root(), name.as_bytes(), 0o755, &who)
+                    .unwrap()
+                    .inode,
+            );
+        }
+        let mut files = Vec::new();
+        for i in 0..FILES {
+            let name = format!("f{i}");
+            let dir = dirs[i % dirs.len()];
+            let attr = fs
+                .create(dir, name.as_bytes(), FileKind::Regular, 0o644, 0, &who)
+                .unwrap();
+            fs.getattr(attr.inode).unwrap();
+            files.push(attr.inode);
+        }
+        let stats = fs.stats().fs;
+        // Every referenced inode stayed (only an unreferenced one, like the root, may go).
+        assert!(
+            stats.inodes_cached as usize >= FILES + dirs.len(),
+            "{stats:?}"
+        );
+        let interval = (TARGET / 16) as u64;
+        let bound = (FILES + dirs.len()) as u64 / interval + 1;
+        assert!(
+            stats.inode_reclaim_passes <= bound,
+            "{stats:?} bound {bound}"
+        );
+
+        // Once the references go, the idle inodes are reclaimed by later passes.
+        for &inode in &files {
+            fs.forget(inode, 1);
+        }
+        for i in 0..(2 * TARGET) {
+            let name = format!("g{i}");
+            let attr = fs
+                .create(dirs[0], name.as_bytes(), FileKind::Regular, 0o644, 0, &who)
+                .unwrap();
+            fs.forget(attr.inode, 1);
+        }
+        let after = fs.stats().fs;
+        assert!(after.inodes_reclaimed >= FILES as u64 / 2, "{after:?}");
+        assert!(after.inodes_cached < stats.inodes_cached, "{after:?}");
+        fs.unmount().unwrap();
     }
 }

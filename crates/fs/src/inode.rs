@@ -5,9 +5,9 @@
 //! image home later, so until then this copy is the only current one. An inode therefore
 //! leaves the cache only when its home copy (through the buffer cache) equals it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cairn_bufcache::{BufKey, BufferCache, ReadSpec};
@@ -18,7 +18,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::FsError;
 use crate::types::{Attr, FileKind};
 
-/// Inodes kept in memory before a reclaim pass runs.
+/// The soft limit on cached inodes: above it, reclaim passes may run (see `InodeCache`).
 pub(crate) const INODE_CACHE_TARGET: usize = 16_384;
 
 /// The mutable state of one inode, behind its metadata lock.
@@ -172,10 +172,43 @@ pub(crate) fn now() -> Timestamp {
 }
 
 /// The inode cache: inode number to in-core inode.
+///
+/// Reclaim rule: the table may grow past its soft limit (`target`) while nothing is
+/// freeable. A pass runs only when the table is over the limit, some inode is a reclaim
+/// candidate, and at least `target / RECLAIM_INTERVAL_DIVISOR` inodes were inserted since
+/// the previous pass; it looks at the candidates only, never the whole table.
 #[derive(Debug)]
 pub(crate) struct InodeCache {
-    map: Mutex<HashMap<u64, Arc<Inode>>>,
+    state: Mutex<CacheState>,
+    /// The soft limit on cached inodes.
+    target: AtomicUsize,
     pub reclaimed: AtomicU64,
+    /// Reclaim passes run (each forces the log and pushes the AIL).
+    pub passes: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct CacheState {
+    map: HashMap<u64, Arc<Inode>>,
+    /// Inodes that may be freeable: cached with no lookup reference and no open handle when
+    /// they entered the set (loaded, or their last reference dropped). Superset of the
+    /// freeable inodes; a pass drops the ones that turned out referenced.
+    candidates: HashSet<u64>,
+    /// Inodes inserted since the last pass.
+    inserted: usize,
+}
+
+/// A pass may run once per `target / RECLAIM_INTERVAL_DIVISOR` insertions.
+const RECLAIM_INTERVAL_DIVISOR: usize = 16;
+
+/// What a reclaim pass found for one candidate.
+pub(crate) enum Verdict {
+    /// Referenced by FUSE or an open handle: no longer a candidate.
+    Referenced,
+    /// Idle but busy or not yet clean at home: stays a candidate.
+    Retry,
+    /// Idle and clean: dropped from the cache.
+    Drop,
 }
 
 /// Where an inode lives: its cluster buffer (one block) and its byte offset in it.
@@ -187,13 +220,21 @@ pub(crate) fn inode_home(geometry: &Geometry, number: u64) -> Option<(BufKey, us
 impl InodeCache {
     pub fn new() -> Self {
         Self {
-            map: Mutex::new(HashMap::new()),
+            state: Mutex::new(CacheState::default()),
+            target: AtomicUsize::new(INODE_CACHE_TARGET),
             reclaimed: AtomicU64::new(0),
+            passes: AtomicU64::new(0),
         }
     }
 
+    /// Lowers (or raises) the soft limit, for tests.
+    #[cfg(test)]
+    pub fn set_target(&self, target: usize) {
+        self.target.store(target, Ordering::Relaxed);
+    }
+
     pub fn len(&self) -> usize {
-        self.map.lock().len()
+        self.state.lock().map.len()
     }
 
     /// The cached inode `number`, reading it from its cluster on a miss.
@@ -204,44 +245,82 @@ impl InodeCache {
         geometry: &Geometry,
         number: u64,
     ) -> Result<Arc<Inode>, FsError> {
-        if let Some(inode) = self.map.lock().get(&number) {
+        if let Some(inode) = self.state.lock().map.get(&number) {
             return Ok(Arc::clone(inode));
         }
-        let loaded = Arc::new(read_inode(cache, spec, geometry, number)?);
-        let mut map = self.map.lock();
-        Ok(Arc::clone(map.entry(number).or_insert(loaded)))
+        let loaded = read_inode(cache, spec, geometry, number)?;
+        Ok(self.insert(loaded))
     }
 
     /// The cached inode `number`, if cached.
     pub fn cached(&self, number: u64) -> Option<Arc<Inode>> {
-        self.map.lock().get(&number).cloned()
+        self.state.lock().map.get(&number).cloned()
     }
 
-    /// Caches `inode` unless a copy is cached already; returns the cached one.
+    /// Caches `inode` unless a copy is cached already; returns the cached one. A new inode
+    /// holds no references yet, so it becomes a reclaim candidate.
     pub fn insert(&self, inode: Inode) -> Arc<Inode> {
-        let mut map = self.map.lock();
-        Arc::clone(map.entry(inode.number).or_insert_with(|| Arc::new(inode)))
+        let mut state = self.state.lock();
+        let state = &mut *state;
+        let number = inode.number;
+        if let Some(cached) = state.map.get(&number) {
+            return Arc::clone(cached);
+        }
+        let inode = Arc::new(inode);
+        state.map.insert(number, Arc::clone(&inode));
+        state.candidates.insert(number);
+        state.inserted += 1;
+        inode
     }
 
-    /// Inodes nobody references, with their encoded images, for a reclaim pass.
-    pub fn idle(&self) -> Vec<Arc<Inode>> {
-        let map = self.map.lock();
-        map.values()
-            .filter(|inode| Arc::strong_count(inode) == 1)
-            .cloned()
-            .collect()
+    /// Records that `number` lost its last lookup reference and open handle.
+    pub fn note_idle(&self, number: u64) {
+        let mut state = self.state.lock();
+        if state.map.contains_key(&number) {
+            state.candidates.insert(number);
+        }
     }
 
-    /// Drops `number` if nobody else holds it and its home copy equals `image`.
-    pub fn drop_if_clean(&self, number: u64, clean: impl FnOnce(&Inode) -> bool) {
-        let mut map = self.map.lock();
-        let Some(inode) = map.get(&number) else {
+    /// Whether a reclaim pass should run now (see the rule on `InodeCache`). Claims the pass:
+    /// a caller that sees `true` must run it; concurrent callers see `false`.
+    pub fn reclaim_due(&self) -> bool {
+        let target = self.target.load(Ordering::Relaxed);
+        let interval = (target / RECLAIM_INTERVAL_DIVISOR).max(1);
+        let mut state = self.state.lock();
+        let due =
+            state.map.len() > target && !state.candidates.is_empty() && state.inserted >= interval;
+        if due {
+            state.inserted = 0;
+        }
+        due
+    }
+
+    /// Takes the current candidates for a pass.
+    pub fn take_candidates(&self) -> Vec<u64> {
+        self.passes.fetch_add(1, Ordering::Relaxed);
+        self.state.lock().candidates.drain().collect()
+    }
+
+    /// Judges candidate `number` with the cache locked: nobody else may hold it, and `judge`
+    /// (given the inode) decides. Drops it, keeps it a candidate, or forgets the candidacy.
+    pub fn judge(&self, number: u64, judge: impl FnOnce(&Inode) -> Verdict) {
+        let mut state = self.state.lock();
+        let Some(inode) = state.map.get(&number) else {
             return;
         };
-        // Two references: the map's and the caller's copy from `idle`.
-        if Arc::strong_count(inode) <= 2 && clean(inode) {
-            map.remove(&number);
-            self.reclaimed.fetch_add(1, Ordering::Relaxed);
+        if Arc::strong_count(inode) > 1 {
+            state.candidates.insert(number);
+            return;
+        }
+        match judge(inode) {
+            Verdict::Referenced => {}
+            Verdict::Retry => {
+                state.candidates.insert(number);
+            }
+            Verdict::Drop => {
+                state.map.remove(&number);
+                self.reclaimed.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }

@@ -78,6 +78,9 @@ impl Filesystem {
         let free = {
             let mut data = handle.data.lock();
             data.lookups = data.lookups.saturating_sub(lookups);
+            if data.lookups == 0 && data.opens == 0 {
+                self.inodes.note_idle(inode);
+            }
             data.lookups == 0 && data.opens == 0 && data.core.nlink == 0 && data.is_allocated()
         };
         if free {

@@ -200,6 +200,8 @@ pub struct FsOpStats {
     pub fsyncs: u64,
     pub inodes_cached: u64,
     pub inodes_reclaimed: u64,
+    /// Inode reclaim passes run (each forces the log and pushes the AIL).
+    pub inode_reclaim_passes: u64,
 }
 
 /// Counters of the data path: speculative preallocation and its trimming.
