@@ -72,7 +72,9 @@ mod tests {
     proptest! {
         // The range list always covers exactly the bytes added, in minimal merged form.
         #[test]
-        fn covers_exactly_what_was_added(adds in proptest::collection::vec((0usize..200, 1usize..30), 0..20)) {
+        fn covers_exactly_what_was_added(
+            adds in proptest::collection::vec((0usize..200, 1usize..30), 0..20),
+        ) {
             let mut d = DirtyRanges::default();
             let mut bytes = [false; 240];
             for (start, len) in adds {
