@@ -2,7 +2,7 @@
 
 use cairn_format::limits::{
     AG_BLOCKS_MAX, AG_BLOCKS_MIN, AG_FIRST_FREE, BLOCK_SIZE_DEFAULT, INODE_SIZE_DEFAULT,
-    INODES_PER_CHUNK, LABEL_LEN_MAX, LOG_BLOCKS_USABLE_MIN, LOG_BYTES_MIN,
+    INODES_PER_CHUNK, LABEL_LEN_MAX, LOG_BLOCKS_MIN, LOG_BLOCKS_USABLE_MIN, LOG_BYTES_MIN,
 };
 use cairn_format::{AgBlock, AgNumber, Geometry, InodeNumber};
 
@@ -227,7 +227,16 @@ fn choose_log_blocks(
                     room_blocks
                 )));
             }
-            blocks
+            // An explicit size is the user's choice down to the format's minimum (tests of
+            // log wrap-around use tiny logs); only the default must fit the largest
+            // transactions.
+            if blocks < u64::from(LOG_BLOCKS_MIN) {
+                return Err(MkfsError::Option(format!(
+                    "a log of {blocks} blocks is smaller than the format's minimum of \
+                     {LOG_BLOCKS_MIN} blocks"
+                )));
+            }
+            return Ok(blocks as u32);
         }
         None => {
             let bytes =
@@ -284,6 +293,19 @@ mod tests {
             ..Request::default()
         };
         assert!(plan(1 << 30, 4096, &both).is_err());
+        let below_format_minimum = Request {
+            log_bytes: Some(128 << 10),
+            ..Request::default()
+        };
+        assert!(plan(1 << 30, 4096, &below_format_minimum).is_err());
+        let small_log = Request {
+            log_bytes: Some(1 << 20),
+            ..Request::default()
+        };
+        assert_eq!(
+            plan(1 << 30, 4096, &small_log).unwrap().geometry.log_blocks,
+            256
+        );
         let huge_log = Request {
             log_bytes: Some(1 << 30),
             ..Request::default()

@@ -60,9 +60,11 @@ pub fn spec() -> ReadSpec {
     ReadSpec::new(&DIR_OPS, UUID)
 }
 
-/// The `index`-th test block: free space in AG 1.
+/// The `index`-th test block: free space a little past the end of the log (mkfs leaves the
+/// rest of the log's AG free, and where the log lives is mkfs's choice).
 pub fn test_block(superblock: &Superblock, index: u64) -> BufKey {
-    BufKey::single(u64::from(superblock.geometry.ag_blocks) + 100 + index)
+    let geometry = &superblock.geometry;
+    BufKey::single(geometry.log_start + u64::from(geometry.log_blocks) + 100 + index)
 }
 
 /// Creates test block `index` in `tx` with a valid header and `fill` in its body.
