@@ -5,8 +5,8 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 
-/// `_IOR(0x12, 114, u64)`: device size in bytes (missing from the libc crate). The encoding
-/// below is the generic one (x86, arm, riscv); other architectures put the direction elsewhere.
+/// Block-device ioctl numbers missing from the libc crate. The encodings are the generic ones
+/// (x86, arm, riscv); other architectures put the direction bits elsewhere.
 #[cfg(any(
     target_arch = "x86_64",
     target_arch = "x86",
@@ -14,25 +14,15 @@ use std::os::fd::AsRawFd;
     target_arch = "arm",
     target_arch = "riscv64"
 ))]
-const BLKGETSIZE64: libc::Ioctl = 0x8008_1272;
-/// `_IO(0x12, 119)`: discard a byte range given as `[offset, len]` (missing from libc).
-#[cfg(any(
-    target_arch = "x86_64",
-    target_arch = "x86",
-    target_arch = "aarch64",
-    target_arch = "arm",
-    target_arch = "riscv64"
-))]
-const BLKDISCARD: libc::Ioctl = 0x1277;
-/// `_IO(0x12, 127)`: zero a range of a block device (offloaded where the device can).
-#[cfg(any(
-    target_arch = "x86_64",
-    target_arch = "x86",
-    target_arch = "aarch64",
-    target_arch = "arm",
-    target_arch = "riscv64"
-))]
-const BLKZEROOUT: libc::Ioctl = 0x127f;
+mod ioctl {
+    /// `_IOR(0x12, 114, u64)`: device size in bytes.
+    pub const BLKGETSIZE64: libc::Ioctl = 0x8008_1272;
+    /// `_IO(0x12, 119)`: discard a byte range given as `[offset, len]`.
+    pub const BLKDISCARD: libc::Ioctl = 0x1277;
+    /// `_IO(0x12, 127)`: zero a range of a block device (offloaded where the device can).
+    pub const BLKZEROOUT: libc::Ioctl = 0x127f;
+}
+use ioctl::{BLKDISCARD, BLKGETSIZE64, BLKZEROOUT};
 
 fn check(rc: libc::c_int) -> io::Result<()> {
     if rc < 0 {
