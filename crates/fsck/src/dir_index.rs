@@ -25,7 +25,8 @@ impl Checker<'_> {
             let message = "data block 0 has no index marker".to_string();
             return self.dir_problem(dir, None, message);
         };
-        let root = packed & ((1 << LEVELS_SHIFT) - 1);
+        // Bits 32..56 hold the filesystem's free-space hint (docs/fs.md), not the root.
+        let root = packed & 0xffff_ffff;
         let levels = (packed >> LEVELS_SHIFT) as u32;
         let Some((records, visited)) = self.walk_dir_tree(dir, root, levels) else {
             return;
