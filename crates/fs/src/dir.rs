@@ -1,10 +1,17 @@
 //! Directories: short form inside the inode while the entries fit, then data blocks mapped
-//! through the directory's extent list.
+//! through the directory's `FileMap` (inline extents, then an extent tree, as regular files),
+//! looked up through the extent cache once the fork is a tree.
 //!
 //! Block form keeps the parent as the first entry of block 0 with file type `Unknown` (a
 //! type no user entry has), so lookups and readdir skip it. Readdir cookies: 1 is ".", 2 is
 //! "..", and an entry's cookie is its tag (short form) or data address (block form) plus 3,
 //! so a cookie names a position that survives other entries coming and going.
+//!
+//! Space reuse: a new entry goes into the last data block if it has room, else into the
+//! first block with room from the `..index` marker's free-space hint (the lowest block a
+//! removal left room in; at most `HINT_SCAN_BLOCKS` blocks are tried per add, and the hint
+//! moves past blocks that had no room for the name), else into a new block. Freeing a removed
+//! directory goes a few blocks per transaction (`free_blocks_in_steps`).
 
 use cairn_bufcache::{BufKey, HeaderOps, ReadSpec};
 use cairn_format::dir::{
@@ -13,13 +20,14 @@ use cairn_format::dir::{
     init_dir_data_block, name_hash, split_dir_address,
 };
 use cairn_format::inode::{FileType, ForkFormat};
-use cairn_format::{FsBlock, MetaHeader, MetaKind};
+use cairn_format::{Extent, FsBlock, MetaHeader, MetaKind};
+use cairn_journal::{FreeExtent, IntentId, Reservation};
 
 use crate::FsError;
-use crate::bmap::{self, Mapping};
-use crate::dir_index::{self, IndexCtx};
+use crate::bmap::{self, EXTENTS_PER_STEP, FileMap, Mapping, Placement, step_reservation};
+use crate::dir_index::{self, IndexCtx, IndexMarker, loaded_map};
 use crate::fs::Filesystem;
-use crate::glue::Tx;
+use crate::glue::{JournalLog, Tx, free_sequence};
 use crate::inode::InodeData;
 
 static DIR_DATA_OPS: HeaderOps = HeaderOps::new(MetaKind::DirData);
@@ -33,6 +41,10 @@ const FIRST_ENTRY_OFFSET: u32 =
     (DIR_DATA_HEADER_SIZE + dir_entry_bytes(PARENT_MARKER.len()) + dir_entry_bytes(7)) as u32;
 /// Cookie offset of stored entries: 0 = start, 1 = ".", 2 = "..".
 const COOKIE_BASE: u64 = 3;
+/// Blocks an add tries from the free-space hint before it appends a block.
+const HINT_SCAN_BLOCKS: u32 = 4;
+/// Data blocks a step of freeing a removed directory unmaps (each buffer is invalidated).
+const FREE_STEP_BLOCKS: u64 = 64;
 
 /// A found entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,9 +96,26 @@ fn block_count(fs: &Filesystem, data: &InodeData) -> u32 {
     (data.core.size / u64::from(fs.geometry.block_size)) as u32
 }
 
-fn block_of(data: &InodeData, index: u32) -> Result<FsBlock, FsError> {
-    let list = bmap::extents(data)?;
-    match bmap::map(&list, u64::from(index)) {
+/// The device block of data block `index`: from the inline extents, or through the extent
+/// cache for a tree fork (a miss reads the whole map through `tx`). Every map change goes
+/// through `FileMap::store` under the directory's metadata lock, which keeps the cache true.
+fn block_of(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    data: &InodeData,
+    index: u32,
+) -> Result<FsBlock, FsError> {
+    let number = data.core.header.blkno;
+    let mapping = match data.core.data_format {
+        ForkFormat::Btree => {
+            let cached = fs.data_cache.inode(number, data.core.generation);
+            crate::extents::lookup(&cached, u64::from(index), || {
+                Ok(FileMap::load(fs, tx, number, data)?.extents().to_vec())
+            })?
+        }
+        _ => bmap::map(&bmap::extents(data)?, u64::from(index)),
+    };
+    match mapping {
         Mapping::Mapped(extent) => Ok(FsBlock(
             extent.fs_block.0 + (u64::from(index) - extent.file_block),
         )),
@@ -105,7 +134,7 @@ fn block_entries(
     data: &InodeData,
     index: u32,
 ) -> Result<Vec<DirDataEntry>, FsError> {
-    let block = block_of(data, index)?;
+    let block = block_of(fs, tx, data, index)?;
     let guard = tx
         .tx
         .get_buf(BufKey::single(block.0), &spec(fs, data.core.header.blkno))?;
@@ -189,11 +218,7 @@ fn indexed_lookup(
     data: &InodeData,
     name: &[u8],
 ) -> Result<Option<(Found, u32)>, FsError> {
-    let tree = dir_index::open(
-        fs,
-        data.core.header.blkno,
-        marker(fs, tx, data, INDEX_MARKER)?,
-    )?;
+    let tree = dir_index::open(fs, data.core.header.blkno, index_marker(fs, tx, data)?)?;
     dir_index::probe(&tree, tx, name_hash(name), |tx, record| {
         let entry = entry_at(fs, tx, data, record.address)?;
         Ok((entry.name == name).then(|| {
@@ -241,6 +266,15 @@ fn marker(fs: &Filesystem, tx: &mut Tx<'_>, data: &InodeData, name: &[u8]) -> Re
         .ok_or_else(|| FsError::corrupt("directory", data.core.header.blkno, "a marker is missing"))
 }
 
+/// The `..index` marker: index root and free-space hint.
+fn index_marker(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    data: &InodeData,
+) -> Result<IndexMarker, FsError> {
+    Ok(IndexMarker::unpack(marker(fs, tx, data, INDEX_MARKER)?))
+}
+
 /// Sets the inode field of marker entry `name` in data block 0.
 fn set_marker(
     fs: &Filesystem,
@@ -250,7 +284,7 @@ fn set_marker(
     value: u64,
 ) -> Result<(), FsError> {
     let dir = data.core.header.blkno;
-    let block = block_of(data, 0)?;
+    let block = block_of(fs, tx, data, 0)?;
     let guard = tx.tx.get_buf(BufKey::single(block.0), &spec(fs, dir))?;
     let entries = dir_data_entries(guard)
         .map_err(|e| FsError::corrupt("directory block", block.0, e.to_string()))?;
@@ -281,7 +315,10 @@ pub(crate) fn is_empty(
     Ok(entries(fs, tx, data, 0, 1)?.is_empty())
 }
 
-/// Adds an entry (the caller checked that `name` is absent).
+/// Adds an entry (the caller checked that `name` is absent). On failure the directory is
+/// consistent and, when it changed in `tx`, logged there: a failed move to blocks is undone
+/// (its blocks freed, the short form restored); a failure in block form keeps what `tx`
+/// changed (an empty new block at most), which the caller commits.
 pub(crate) fn add(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
@@ -290,29 +327,10 @@ pub(crate) fn add(
     inode: u64,
     file_type: FileType,
 ) -> Result<(), FsError> {
-    // A failed add (no space for a new block) must leave the in-core inode as it was: the
-    // caller commits the transaction without logging it.
-    let (core, raw) = (data.core, data.raw.clone());
-    let added = add_inner(fs, tx, data, name, inode, file_type);
-    if added.is_err() {
-        data.core = core;
-        data.raw = raw;
-    }
-    added
-}
-
-fn add_inner(
-    fs: &Filesystem,
-    tx: &mut Tx<'_>,
-    data: &mut InodeData,
-    name: &[u8],
-    inode: u64,
-    file_type: FileType,
-) -> Result<(), FsError> {
+    let mut map = None;
     if data.core.data_format == ForkFormat::Local {
         let mut dir = shortform(data)?;
-        let tag = next_tag(&dir, name.len(), fs.geometry.block_size);
-        if let Some(tag) = tag {
+        if let Some(tag) = next_tag(&dir, name.len(), fs.geometry.block_size) {
             dir.entries.push(ShortformEntry {
                 tag,
                 file_type,
@@ -324,9 +342,54 @@ fn add_inner(
             }
             dir.entries.pop();
         }
-        to_block_form(fs, tx, data, &dir)?;
+        let (core, raw) = (data.core, data.raw.clone());
+        if let Err(error) = to_block_form(fs, tx, data, &mut map, &dir) {
+            release_inline_blocks(fs, tx, data)?;
+            data.core = core;
+            data.raw = raw;
+            return Err(error);
+        }
     }
-    add_to_blocks(fs, tx, data, name, inode, file_type)
+    let added = add_to_blocks(fs, tx, data, &mut map, name, inode, file_type);
+    if added.is_err() {
+        crate::fs::Filesystem::log_inode(tx, data.core.header.blkno, data);
+    }
+    added
+}
+
+/// Frees every block a failed move to blocks mapped (a few, inline) and invalidates them.
+fn release_inline_blocks(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    data: &mut InodeData,
+) -> Result<(), FsError> {
+    if data.core.data_format != ForkFormat::Extents {
+        return Ok(());
+    }
+    let mut list = bmap::extents(data)?;
+    let removed = bmap::cut(&mut list, 0, u64::MAX);
+    invalidate_blocks(fs, tx, data.core.header.blkno, &removed)?;
+    bmap::free_pieces(fs, tx, data, &removed)
+}
+
+/// Joins and invalidates the buffers of `extents` (directory blocks about to be freed), so
+/// no stale copy is written over the blocks' next owner.
+fn invalidate_blocks(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    dir: u64,
+    extents: &[Extent],
+) -> Result<(), FsError> {
+    for extent in extents {
+        for block in extent.fs_block.0..extent.fs_end().0 {
+            let key = BufKey::single(block);
+            if tx.tx.buf_mut(key).is_none() {
+                tx.tx.get_new_buf(key, &spec(fs, dir))?;
+            }
+            tx.tx.invalidate_buf(key)?;
+        }
+    }
+    Ok(())
 }
 
 /// The tag of a new entry with a `name_len`-byte name: the data address the entry would get
@@ -353,32 +416,34 @@ fn to_block_form(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
     data: &mut InodeData,
+    map: &mut Option<FileMap>,
     dir: &ShortformDir,
 ) -> Result<(), FsError> {
     data.reset_data_fork(ForkFormat::Extents);
     data.core.size = 0;
-    new_block(fs, tx, data, dir.parent)?;
+    *map = None;
+    new_block(fs, tx, data, map, dir.parent)?;
     let number = data.core.header.blkno;
-    let root = {
-        let mut ctx = IndexCtx { tx, fs, data };
+    let marker = {
+        let mut ctx = IndexCtx { tx, fs, data, map };
         dir_index::create(&mut ctx, number)?
     };
-    set_marker(fs, tx, data, INDEX_MARKER, root)?;
+    set_marker(fs, tx, data, INDEX_MARKER, marker.pack())?;
     for entry in &dir.entries {
         let (index, offset) = split_dir_address(u32::from(entry.tag));
         while block_count(fs, data) <= index {
-            new_block(fs, tx, data, 0)?;
+            new_block(fs, tx, data, map, 0)?;
         }
-        let block = block_of(data, index)?;
+        let block = block_of(fs, tx, data, index)?;
         let guard = tx.tx.get_buf(BufKey::single(block.0), &spec(fs, number))?;
         let len = guard.len();
         let bytes = guard.bytes_mut(0..len)?;
         let (name, inode, file_type) = (&entry.name, entry.inode, entry.file_type);
         if dir_data_insert_at(bytes, offset, inode, file_type, name)? {
-            index_insert(fs, tx, data, name, u32::from(entry.tag))?;
+            index_insert(fs, tx, data, map, name, u32::from(entry.tag))?;
         } else {
             // A tag from before tags were addresses: the entry's cookie changes once.
-            add_to_blocks(fs, tx, data, name, inode, file_type)?;
+            add_to_blocks(fs, tx, data, map, name, inode, file_type)?;
         }
     }
     Ok(())
@@ -389,19 +454,20 @@ fn index_insert(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
     data: &mut InodeData,
+    map: &mut Option<FileMap>,
     name: &[u8],
     address: u32,
 ) -> Result<(), FsError> {
     let number = data.core.header.blkno;
-    let packed = marker(fs, tx, data, INDEX_MARKER)?;
-    let mut tree = dir_index::open(fs, number, packed)?;
+    let before = index_marker(fs, tx, data)?;
+    let mut tree = dir_index::open(fs, number, before)?;
     {
-        let mut ctx = IndexCtx { tx, fs, data };
+        let mut ctx = IndexCtx { tx, fs, data, map };
         dir_index::insert(&mut tree, &mut ctx, name_hash(name), address)?;
     }
-    let now = dir_index::pack_root(tree.root(), tree.levels());
-    if now != packed {
-        set_marker(fs, tx, data, INDEX_MARKER, now)?;
+    let after = before.with_tree(&tree);
+    if after != before {
+        set_marker(fs, tx, data, INDEX_MARKER, after.pack())?;
     }
     Ok(())
 }
@@ -411,13 +477,18 @@ fn new_block(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
     data: &mut InodeData,
+    map: &mut Option<FileMap>,
     parent: u64,
 ) -> Result<u32, FsError> {
     let index = block_count(fs, data);
-    let mut list = bmap::extents(data)?;
-    let extent = bmap::allocate(fs, tx, data, &mut list, u64::from(index), 1, false)?;
-    bmap::store(data, &list)?;
     let dir = data.core.header.blkno;
+    if dir_address(index, 0).is_none() {
+        // Data addresses hold 19 bits of block index.
+        return Err(FsError::NoSpace);
+    }
+    let map = loaded_map(fs, tx, data, map)?;
+    let extent = map.allocate(fs, tx, data, u64::from(index), 1, Placement::near(false))?;
+    map.store(fs, tx, data)?;
     let guard = tx
         .tx
         .get_new_buf(BufKey::single(extent.fs_block.0), &spec(fs, dir))?;
@@ -435,12 +506,13 @@ fn new_block(
     Ok(index)
 }
 
-/// Adds an entry to the last data block, or to a new one when it has no room; then indexes
-/// it. If the index cannot take it, the entry is taken out again.
+/// Adds an entry to a data block with room (`place_entry`), then indexes it. If the index
+/// cannot take it, the entry is taken out again.
 fn add_to_blocks(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
     data: &mut InodeData,
+    map: &mut Option<FileMap>,
     name: &[u8],
     inode: u64,
     file_type: FileType,
@@ -451,19 +523,16 @@ fn add_to_blocks(
     if needed > body {
         return Err(FsError::NameTooLong);
     }
-    let mut index = block_count(fs, data).saturating_sub(1);
-    let mut placed = insert_in_block(fs, tx, data, index, name, inode, file_type)?;
-    if placed.is_none() {
-        index = new_block(fs, tx, data, 0)?;
-        placed = insert_in_block(fs, tx, data, index, name, inode, file_type)?;
-    }
-    let Some(offset) = placed else {
-        return Err(FsError::corrupt("directory", dir, "new block has no room"));
+    let new = NewEntry {
+        name,
+        inode,
+        file_type,
     };
+    let (index, offset) = place_entry(fs, tx, data, map, &new)?;
     let address = dir_address(index, offset)
         .ok_or_else(|| FsError::corrupt("directory", dir, "data address out of range"))?;
-    if let Err(error) = index_insert(fs, tx, data, name, address) {
-        let block = block_of(data, index)?;
+    if let Err(error) = index_insert(fs, tx, data, map, name, address) {
+        let block = block_of(fs, tx, data, index)?;
         let guard = tx.tx.get_buf(BufKey::single(block.0), &spec(fs, dir))?;
         let len = guard.len();
         dir_data_remove(guard.bytes_mut(0..len)?, offset)?;
@@ -472,29 +541,91 @@ fn add_to_blocks(
     Ok(())
 }
 
+/// An entry to place.
+struct NewEntry<'n> {
+    name: &'n [u8],
+    inode: u64,
+    file_type: FileType,
+}
+
+/// Puts the entry into the last data block, a block the free-space hint leads to, or a new
+/// block; returns its block index and offset.
+fn place_entry(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    data: &mut InodeData,
+    map: &mut Option<FileMap>,
+    new: &NewEntry<'_>,
+) -> Result<(u32, u16), FsError> {
+    let last = block_count(fs, data).saturating_sub(1);
+    if let Some(offset) = insert_in_block(fs, tx, data, last, new)? {
+        return Ok((last, offset));
+    }
+    if let Some(placed) = place_by_hint(fs, tx, data, last, new)? {
+        return Ok(placed);
+    }
+    let index = new_block(fs, tx, data, map, 0)?;
+    let offset = insert_in_block(fs, tx, data, index, new)?.ok_or_else(|| {
+        FsError::corrupt("directory", data.core.header.blkno, "new block has no room")
+    })?;
+    Ok((index, offset))
+}
+
+/// Tries up to `HINT_SCAN_BLOCKS` blocks from the free-space hint (below the last block,
+/// which the caller tried). The hint moves past the blocks that had no room for this name; a
+/// removal in one of them moves it back.
+fn place_by_hint(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    data: &InodeData,
+    last: u32,
+    new: &NewEntry<'_>,
+) -> Result<Option<(u32, u16)>, FsError> {
+    let marker = index_marker(fs, tx, data)?;
+    let Some(hint) = marker.free_hint else {
+        return Ok(None);
+    };
+    let mut placed = None;
+    let mut next = hint;
+    while next < last && next < hint.saturating_add(HINT_SCAN_BLOCKS) {
+        if let Some(offset) = insert_in_block(fs, tx, data, next, new)? {
+            placed = Some((next, offset));
+            break;
+        }
+        next += 1;
+    }
+    let free_hint = (next < last).then_some(next);
+    if free_hint != marker.free_hint {
+        let moved = IndexMarker {
+            free_hint,
+            ..marker
+        };
+        set_marker(fs, tx, data, INDEX_MARKER, moved.pack())?;
+    }
+    Ok(placed)
+}
+
 /// Inserts an entry into data block `index` if it has room; returns its offset.
 fn insert_in_block(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
     data: &InodeData,
     index: u32,
-    name: &[u8],
-    inode: u64,
-    file_type: FileType,
+    new: &NewEntry<'_>,
 ) -> Result<Option<u16>, FsError> {
-    let block = block_of(data, index)?;
+    let block = block_of(fs, tx, data, index)?;
     let guard = tx
         .tx
         .get_buf(BufKey::single(block.0), &spec(fs, data.core.header.blkno))?;
-    if best_free(guard) < dir_entry_bytes(name.len()) {
+    if best_free(guard) < dir_entry_bytes(new.name.len()) {
         return Ok(None);
     }
     let len = guard.len();
     Ok(dir_data_insert(
         guard.bytes_mut(0..len)?,
-        inode,
-        file_type,
-        name,
+        new.inode,
+        new.file_type,
+        new.name,
     )?)
 }
 
@@ -505,7 +636,8 @@ fn best_free(block: &[u8]) -> usize {
         .map_or(usize::MAX, |h| usize::from(h.best_free[0].length))
 }
 
-/// Removes the entry named `name`; returns it.
+/// Removes the entry named `name`; returns it. The room it leaves is reusable: the
+/// free-space hint moves down to its block.
 pub(crate) fn remove(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
@@ -531,22 +663,32 @@ pub(crate) fn remove(
     let (found, key) = indexed_lookup(fs, tx, data, name)?.ok_or(FsError::NotFound)?;
     let (index, offset) = split_cookie(found.cookie)?;
     let dir = data.core.header.blkno;
-    let block = block_of(data, index)?;
+    let block = block_of(fs, tx, data, index)?;
     let guard = tx.tx.get_buf(BufKey::single(block.0), &spec(fs, dir))?;
     let len = guard.len();
     dir_data_remove(guard.bytes_mut(0..len)?, offset)?;
-    let packed = marker(fs, tx, data, INDEX_MARKER)?;
-    let mut tree = dir_index::open(fs, dir, packed)?;
+    let before = index_marker(fs, tx, data)?;
+    let mut tree = dir_index::open(fs, dir, before)?;
+    let mut map = None;
     {
-        let mut ctx = IndexCtx { tx, fs, data };
+        let mut ctx = IndexCtx {
+            tx,
+            fs,
+            data,
+            map: &mut map,
+        };
         dir_index::remove(&mut tree, &mut ctx, key, |ctx, address| {
             let entry = entry_at(ctx.fs, ctx.tx, ctx.data, address)?;
             Ok(name_hash(&entry.name))
         })?;
     }
-    let now = dir_index::pack_root(tree.root(), tree.levels());
-    if now != packed {
-        set_marker(fs, tx, data, INDEX_MARKER, now)?;
+    let mut after = before.with_tree(&tree);
+    let last = block_count(fs, data).saturating_sub(1);
+    if index < last && after.free_hint.is_none_or(|hint| index < hint) {
+        after.free_hint = Some(index);
+    }
+    if after != before {
+        set_marker(fs, tx, data, INDEX_MARKER, after.pack())?;
     }
     Ok(found)
 }
@@ -582,7 +724,7 @@ pub(crate) fn retarget(
     }
     let found = lookup(fs, tx, data, name)?.ok_or(FsError::NotFound)?;
     let (index, offset) = split_cookie(found.cookie)?;
-    let block = block_of(data, index)?;
+    let block = block_of(fs, tx, data, index)?;
     let guard = tx
         .tx
         .get_buf(BufKey::single(block.0), &spec(fs, data.core.header.blkno))?;
@@ -618,23 +760,93 @@ pub(crate) fn set_parent(
     set_marker(fs, tx, data, PARENT_MARKER, parent)
 }
 
-/// Frees a directory's blocks when it is removed.
+/// Frees a removed directory's blocks in the transaction that frees its inode: whatever
+/// `free_blocks_in_steps` left (data block 0 and the index root).
 pub(crate) fn free_blocks(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
     data: &mut InodeData,
 ) -> Result<(), FsError> {
-    let mut list = bmap::extents(data)?;
-    let removed = bmap::cut(&mut list, 0, u64::MAX);
-    for extent in &removed {
-        for block in extent.fs_block.0..extent.fs_block.0 + u64::from(extent.length) {
-            tx.tx
-                .get_new_buf(BufKey::single(block), &spec(fs, data.core.header.blkno))?;
-            tx.tx.invalidate_buf(BufKey::single(block))?;
-        }
-    }
-    bmap::free_pieces(fs, tx, data, &removed)?;
+    let number = data.core.header.blkno;
+    let mut map = FileMap::load(fs, tx, number, data)?;
+    let removed = map.cut(0, u64::MAX);
+    invalidate_blocks(fs, tx, number, &removed)?;
+    map.store(fs, tx, data)?;
+    map.free(fs, tx, data, &removed)?;
     data.reset_data_fork(ForkFormat::Extents);
     data.core.size = 0;
+    Ok(())
+}
+
+/// Unmaps and frees the data blocks after block 0 of a removed (empty) directory, at most
+/// `FREE_STEP_BLOCKS` blocks and `EXTENTS_PER_STEP` extents per step, from the end: each step
+/// invalidates the blocks, shrinks the directory and names them in a free intent, and a
+/// second transaction frees them and logs the done item, as the data path's unmaps. Every
+/// step leaves an empty directory of fewer blocks; the index (one root leaf once empty)
+/// stays for `free_blocks`.
+pub(crate) fn free_blocks_in_steps(
+    fs: &Filesystem,
+    number: u64,
+    data: &mut InodeData,
+) -> Result<(), FsError> {
+    let block_size = u64::from(fs.geometry.block_size);
+    let invalidations = Reservation::for_items(
+        &fs.geometry,
+        FREE_STEP_BLOCKS as u32,
+        fs.geometry.block_size,
+        0,
+        0,
+    );
+    let reservation = Reservation::new(step_reservation(fs).bytes + invalidations.bytes);
+    while data.core.data_format != ForkFormat::Local && block_count(fs, data) > 1 {
+        let end = u64::from(block_count(fs, data));
+        let mut tx = fs.begin(reservation)?;
+        let mut map = FileMap::load(fs, &mut tx, number, data)?;
+        let mut removed = map.cut(end.saturating_sub(FREE_STEP_BLOCKS).max(1), end);
+        if removed.len() > EXTENTS_PER_STEP {
+            let kept = removed.len() - EXTENTS_PER_STEP;
+            for piece in removed.drain(..kept) {
+                map.insert(piece);
+            }
+        }
+        let start = removed.first().map_or(1, |piece| piece.file_block);
+        invalidate_blocks(fs, &mut tx, number, &removed)?;
+        let freed: Vec<FreeExtent> = removed
+            .iter()
+            .map(|piece| FreeExtent {
+                start: piece.fs_block,
+                length: piece.length,
+            })
+            .collect();
+        let intent = (!freed.is_empty()).then(|| tx.tx.log_free_intent(&freed));
+        let stored = map.store(fs, &mut tx, data);
+        let released: u64 = removed.iter().map(|piece| u64::from(piece.length)).sum();
+        data.core.block_count = data.core.block_count.saturating_sub(released);
+        data.core.size = start * block_size;
+        Filesystem::log_inode(&mut tx, number, data);
+        Filesystem::commit(tx, &mut [data])?;
+        stored?;
+        if let Some(intent) = intent {
+            free_intent(fs, intent, &removed)?;
+        }
+    }
+    Ok(())
+}
+
+/// The second transaction of a freeing step: frees `removed`, logs the intent's done item.
+fn free_intent(fs: &Filesystem, intent: IntentId, removed: &[Extent]) -> Result<(), FsError> {
+    let mut tx = fs.begin(step_reservation(fs))?;
+    let sequence = free_sequence(&fs.journal);
+    let mut sorted = removed.to_vec();
+    // Ascending blocks are ascending AGs, the allocator's lock order.
+    sorted.sort_by_key(|piece| piece.fs_block.0);
+    for piece in &sorted {
+        let log = JournalLog(&fs.journal);
+        fs.alloc
+            .free(&mut tx, &log, piece.fs_block, piece.length, sequence)?;
+    }
+    tx.tx.log_free_done(intent);
+    tx.tx.commit()?;
+    fs.blocks_freed();
     Ok(())
 }

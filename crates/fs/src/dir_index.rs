@@ -12,8 +12,12 @@
 //! `INDEX_FILE_BASE + block`, so block accounting (fsck) and freeing the directory see it, and
 //! tree blocks allocated next to each other merge into one extent. New tree blocks go after the
 //! last one, starting in the middle of the directory's AG, away from its data blocks.
+//! Tree blocks are mapped through the directory's `FileMap` like every fork block, so the fork
+//! may be inline or an extent tree.
 //! The root pointer and height live in the `..index` marker entry of data block 0 (type
-//! `Unknown`, like the parent marker): inode field = `root | levels << 56`.
+//! `Unknown`, like the parent marker): inode field = `root | (free_hint + 1) << 32 | levels <<
+//! 56`, where `free_hint` is the lowest data block that may have room left by a removal (0:
+//! none known; see `dir.rs`).
 
 use cairn_alloc::Request;
 use cairn_btree::{Btree, Buffers, TreeCodec, TreeContext, TreeError, TreeSpec};
@@ -22,7 +26,7 @@ use cairn_format::dir::{DirHashKey, DirHashRecord};
 use cairn_format::{AgNumber, Extent, FsBlock, MetaKind};
 
 use crate::FsError;
-use crate::bmap;
+use crate::bmap::FileMap;
 use crate::fs::Filesystem;
 use crate::glue::{JournalLog, Tx, free_sequence};
 use crate::inode::InodeData;
@@ -32,6 +36,10 @@ use crate::inode::InodeData;
 pub(crate) const INDEX_FILE_BASE: u64 = 1 << 32;
 /// Bits of the marker's inode field holding the tree height.
 const LEVELS_SHIFT: u32 = 56;
+/// Bits of the marker's inode field holding the free-space hint plus one.
+const HINT_SHIFT: u32 = 32;
+/// The hint's width: a data block index (19 bits) plus one fits.
+const HINT_MASK: u64 = (1 << 24) - 1;
 /// Most keys one probe run may span before the index is called corrupt.
 const PROBE_MAX: u32 = 1 << 20;
 
@@ -49,17 +57,39 @@ impl TreeCodec for DirHashCodec {
     }
 }
 
-/// Packs a tree root for the marker entry.
-pub(crate) fn pack_root(root: u64, levels: u32) -> u64 {
-    root | (u64::from(levels) << LEVELS_SHIFT)
+/// The `..index` marker's value: the tree root and the free-space hint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IndexMarker {
+    pub root: u64,
+    pub levels: u32,
+    /// The lowest data block that may have room a removal left (`None`: none known).
+    pub free_hint: Option<u32>,
 }
 
-/// Unpacks a marker's inode field into (root, levels).
-pub(crate) fn unpack_root(packed: u64) -> (u64, u32) {
-    (
-        packed & ((1 << LEVELS_SHIFT) - 1),
-        (packed >> LEVELS_SHIFT) as u32,
-    )
+impl IndexMarker {
+    /// Decodes a marker's inode field (directories from before the hint have none).
+    pub fn unpack(packed: u64) -> Self {
+        let hint = (packed >> HINT_SHIFT) & HINT_MASK;
+        Self {
+            root: packed & ((1 << HINT_SHIFT) - 1),
+            levels: (packed >> LEVELS_SHIFT) as u32,
+            free_hint: hint.checked_sub(1).map(|h| h as u32),
+        }
+    }
+
+    pub fn pack(&self) -> u64 {
+        let hint = self.free_hint.map_or(0, |h| (u64::from(h) + 1) & HINT_MASK);
+        self.root | (hint << HINT_SHIFT) | (u64::from(self.levels) << LEVELS_SHIFT)
+    }
+
+    /// The same marker with the root of `tree`.
+    pub fn with_tree(self, tree: &Btree<DirHashCodec>) -> Self {
+        Self {
+            root: tree.root(),
+            levels: tree.levels(),
+            ..self
+        }
+    }
 }
 
 fn spec(fs: &Filesystem, dir: u64) -> Result<TreeSpec, FsError> {
@@ -67,9 +97,27 @@ fn spec(fs: &Filesystem, dir: u64) -> Result<TreeSpec, FsError> {
 }
 
 /// Opens the index whose root the marker holds.
-pub(crate) fn open(fs: &Filesystem, dir: u64, packed: u64) -> Result<Btree<DirHashCodec>, FsError> {
-    let (root, levels) = unpack_root(packed);
-    Ok(Btree::open(spec(fs, dir)?, root, levels)?)
+pub(crate) fn open(
+    fs: &Filesystem,
+    dir: u64,
+    marker: IndexMarker,
+) -> Result<Btree<DirHashCodec>, FsError> {
+    Ok(Btree::open(spec(fs, dir)?, marker.root, marker.levels)?)
+}
+
+/// The directory's map, loaded into `slot` on first use (a load reads the whole extent tree,
+/// so operations that allocate or free nothing never pay for it).
+pub(crate) fn loaded_map<'m>(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    data: &InodeData,
+    slot: &'m mut Option<FileMap>,
+) -> Result<&'m mut FileMap, FsError> {
+    if slot.is_none() {
+        *slot = Some(FileMap::load(fs, tx, data.core.header.blkno, data)?);
+    }
+    slot.as_mut()
+        .ok_or_else(|| FsError::corrupt("directory", data.core.header.blkno, "no map"))
 }
 
 /// A transaction as the index's context: blocks come from the allocator and are mapped into
@@ -78,6 +126,8 @@ pub(crate) struct IndexCtx<'a, 'j> {
     pub tx: &'a mut Tx<'j>,
     pub fs: &'a Filesystem,
     pub data: &'a mut InodeData,
+    /// The directory's map, loaded when a block is allocated or freed; stored at once.
+    pub map: &'a mut Option<FileMap>,
 }
 
 impl std::fmt::Debug for IndexCtx<'_, '_> {
@@ -109,12 +159,8 @@ fn no_space(why: impl ToString) -> TreeError {
 
 impl<'j> TreeContext<'j> for IndexCtx<'_, 'j> {
     fn allocate_block(&mut self) -> Result<FsBlock, TreeError> {
-        let mut list = bmap::extents(self.data).map_err(no_space)?;
-        if list.len() >= bmap::inline_capacity(self.data) {
-            return Err(no_space("the directory's extent list is full"));
-        }
-        let goal = self.goal(&list);
-        let mut request = Request::near(goal, 1, 1);
+        let map = loaded_map(self.fs, self.tx, self.data, self.map).map_err(no_space)?;
+        let mut request = Request::near(goal(self.fs, self.data, map.extents()), 1, 1);
         request.lowest_ag = AgNumber(0);
         let log = JournalLog(&self.fs.journal);
         let found = self
@@ -123,54 +169,59 @@ impl<'j> TreeContext<'j> for IndexCtx<'_, 'j> {
             .allocate(self.tx, &log, &request)
             .map_err(no_space)?
             .ok_or_else(|| no_space("no free block for a directory index"))?;
-        if found.fs_start.0 >= 1 << 32 {
-            return Err(no_space("index pointers are 32 bits"));
-        }
-        let extent = Extent::new(INDEX_FILE_BASE + found.fs_start.0, found.fs_start, 1, false)
-            .map_err(no_space)?;
-        bmap::insert(&mut list, extent);
-        if let Err(error) = bmap::store(self.data, &list) {
-            let sequence = free_sequence(&self.fs.journal);
-            self.fs
-                .alloc
-                .free(self.tx, &log, found.fs_start, 1, sequence)
-                .map_err(no_space)?;
-            return Err(no_space(error));
-        }
+        let mapped = Extent::new(INDEX_FILE_BASE + found.fs_start.0, found.fs_start, 1, false);
+        let extent = match mapped {
+            Ok(extent) if found.fs_start.0 < 1 << 32 => extent,
+            _ => {
+                let sequence = free_sequence(&self.fs.journal);
+                self.fs
+                    .alloc
+                    .free(self.tx, &log, found.fs_start, 1, sequence)
+                    .map_err(no_space)?;
+                return Err(no_space("index pointers are 32 bits"));
+            }
+        };
+        map.insert(extent);
         self.data.core.block_count += 1;
+        map.store(self.fs, self.tx, self.data).map_err(no_space)?;
         Ok(found.fs_start)
     }
 
     fn free_block(&mut self, block: FsBlock) -> Result<(), TreeError> {
-        let mut list = bmap::extents(self.data).map_err(no_space)?;
+        let map = loaded_map(self.fs, self.tx, self.data, self.map).map_err(no_space)?;
         let start = INDEX_FILE_BASE + block.0;
-        let removed = bmap::cut(&mut list, start, start + 1);
+        let removed = map.cut(start, start + 1);
         if removed.len() != 1 {
             return Err(no_space(format!("index block {} not in the fork", block.0)));
         }
-        bmap::store(self.data, &list).map_err(no_space)?;
-        bmap::free_pieces(self.fs, self.tx, self.data, &removed).map_err(no_space)
+        map.store(self.fs, self.tx, self.data).map_err(no_space)?;
+        map.free(self.fs, self.tx, self.data, &removed)
+            .map_err(no_space)
     }
 }
 
-impl IndexCtx<'_, '_> {
-    /// After the last index block, or the middle of the directory's AG.
-    fn goal(&self, list: &[Extent]) -> FsBlock {
-        if let Some(last) = list.iter().rev().find(|e| e.file_block >= INDEX_FILE_BASE) {
-            return last.fs_end();
-        }
-        let geometry = &self.fs.geometry;
-        let ag = ((self.data.core.header.blkno >> geometry.ag_inode_bits()) as u32)
-            .min(geometry.ag_count - 1);
-        FsBlock(geometry.ag_start(ag) + u64::from(geometry.ag_len(ag) / 2))
+/// Where a new index block goes: after the last index block, or the middle of the
+/// directory's AG (away from its data blocks).
+fn goal(fs: &Filesystem, data: &InodeData, list: &[Extent]) -> FsBlock {
+    if let Some(last) = list.iter().rev().find(|e| e.file_block >= INDEX_FILE_BASE) {
+        return last.fs_end();
     }
+    let geometry = &fs.geometry;
+    let ag =
+        ((data.core.header.blkno >> geometry.ag_inode_bits()) as u32).min(geometry.ag_count - 1);
+    FsBlock(geometry.ag_start(ag) + u64::from(geometry.ag_len(ag) / 2))
 }
 
-/// Creates an empty index; returns its packed root.
-pub(crate) fn create(ctx: &mut IndexCtx<'_, '_>, dir: u64) -> Result<u64, FsError> {
+/// Creates an empty index; returns its marker (no free-space hint).
+pub(crate) fn create(ctx: &mut IndexCtx<'_, '_>, dir: u64) -> Result<IndexMarker, FsError> {
     let block = ctx.allocate_block()?;
     let tree = Btree::<DirHashCodec>::create(ctx, spec(ctx.fs, dir)?, block.0)?;
-    Ok(pack_root(tree.root(), tree.levels()))
+    let marker = IndexMarker {
+        root: 0,
+        levels: 0,
+        free_hint: None,
+    };
+    Ok(marker.with_tree(&tree))
 }
 
 /// The keys from `hash` on, in probe order, while records exist: calls `visit` with each
@@ -255,4 +306,26 @@ pub(crate) fn remove(
         tree.root(),
         "probe run too long",
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Markers round-trip with and without a hint; a marker from before the hint (bits
+    // 32..56 zero) reads as having none.
+    #[test]
+    fn marker_packs_root_levels_and_hint() {
+        for free_hint in [None, Some(0), Some(7), Some((1 << 19) - 1)] {
+            let marker = IndexMarker {
+                root: 0xfedc_ba98,
+                levels: 3,
+                free_hint,
+            };
+            assert_eq!(IndexMarker::unpack(marker.pack()), marker);
+        }
+        let old = 1234 | (2u64 << LEVELS_SHIFT);
+        let read = IndexMarker::unpack(old);
+        assert_eq!((read.root, read.levels, read.free_hint), (1234, 2, None));
+    }
 }

@@ -89,6 +89,9 @@ pub(crate) fn free_orphan(fs: &Filesystem, inode: &Arc<Inode>) -> Result<(), FsE
     if mapped && !data.is_dir() {
         truncate_blocks(fs, inode.number, &mut data, 0)?;
     }
+    if mapped && data.is_dir() {
+        dir::free_blocks_in_steps(fs, inode.number, &mut data)?;
+    }
     crate::xattr_store::free_all(fs, inode.number, &mut data)?;
     let mut tx = fs.begin(Reservation::remove(&fs.geometry))?;
     let result = free_now(fs, &mut tx, inode.number, &mut data);
@@ -103,7 +106,11 @@ fn free_now(
     number: u64,
     data: &mut InodeData,
 ) -> Result<(), FsError> {
-    if data.is_dir() && data.core.data_format == ForkFormat::Extents {
+    let mapped = matches!(
+        data.core.data_format,
+        ForkFormat::Extents | ForkFormat::Btree
+    );
+    if data.is_dir() && mapped {
         dir::free_blocks(fs, tx, data)?;
     }
     remove(fs, tx, number, data)?;

@@ -1,9 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 //! One big directory: create N entries, look each up, read the directory whole (every name
-//! exactly once), remove them all. N comes from `CAIRN_BIGDIR_ENTRIES` (default 10,000 while
-//! directory forks are limited to the inline extent list); the full-size run is
-//! `CAIRN_BIGDIR_ENTRIES=1000000 cargo test --release -p cairn-fs --test bigdir -- --nocapture`.
+//! exactly once), remove them all, then rmdir, which must give back every block the directory
+//! had. N comes from `CAIRN_BIGDIR_ENTRIES` (default 10,000, about twice what the inline
+//! extent list of the directory holds, so its map becomes an extent tree); the full-size run
+//! is `CAIRN_BIGDIR_ENTRIES=1000000 cargo test --release -p cairn-fs --test bigdir --
+//! --nocapture`.
 
 mod common;
 
@@ -83,7 +85,14 @@ fn big_directory_create_lookup_readdir_remove() {
     }
     report("remove", count, started, before, reads(&fs));
     assert_eq!(fs.readdir(dir, 0, 10).unwrap().len(), 2);
+    let statfs = fs.statfs().unwrap();
+    let dir_blocks = fs.getattr(dir).unwrap().blocks_512 * 512 / u64::from(statfs.block_size);
+    let free_before = statfs.blocks_free;
+    fs.forget(dir, 1);
     fs.rmdir(fs.root(), b"big", &who).unwrap();
+    let freed = fs.statfs().unwrap().blocks_free - free_before;
+    println!("bigdir rmdir: {dir_blocks} blocks, {freed} freed");
+    assert_eq!(freed, dir_blocks, "rmdir gives back every directory block");
     fs.unmount().unwrap();
     fsck_clean(&device);
 }

@@ -372,3 +372,143 @@ fn regression_noreplace_into_itself_reports_exists() {
         },
     ]);
 }
+
+/// Names of the big-directory model: long, so a directory needs many blocks.
+fn big_name(index: u16) -> Vec<u8> {
+    let mut name = format!("{index:05}-").into_bytes();
+    name.resize(200, b'x');
+    name
+}
+
+/// The data fork format of inode `number` as stored (the filesystem is unmounted).
+fn stored_format(device: &Arc<MemDevice>, number: u64) -> cairn_format::inode::ForkFormat {
+    use cairn_blockdev::{AlignedBuf, BlockDevice};
+    let mut head = AlignedBuf::zeroed(65536);
+    device.read_at(0, &mut head).unwrap();
+    let superblock = cairn_format::Superblock::read_primary(&head).unwrap();
+    let geometry = superblock.geometry;
+    let position = geometry.inode_position(cairn_format::InodeNumber(number));
+    let (block, offset) = position.unwrap();
+    let block_size = u64::from(geometry.block_size);
+    let mut raw = AlignedBuf::zeroed(block_size as usize);
+    device.read_at(block.0 * block_size, &mut raw).unwrap();
+    let expected = cairn_format::Expected {
+        kind: cairn_format::MetaKind::Inode,
+        blkno: number,
+        uuid: superblock.uuid(),
+        owner: Some(number),
+    };
+    let size = geometry.inode_size as usize;
+    let core = cairn_format::inode::InodeCore::read(&raw[offset..offset + size], &expected);
+    core.unwrap().data_format
+}
+
+/// Checks directory `dir` against `model` (name -> inode): lookups and a full readdir.
+fn compare_big(fs: &Filesystem, dir: u64, model: &std::collections::BTreeMap<u16, u64>) {
+    for (&index, &inode) in model {
+        let found = fs.lookup(dir, &big_name(index)).unwrap();
+        assert_eq!(found.inode, inode);
+        fs.forget(found.inode, 1);
+    }
+    let (mut listed, mut cookie) = (std::collections::BTreeMap::new(), 0);
+    loop {
+        let batch = fs.readdir(dir, cookie, 100).unwrap();
+        let Some(last) = batch.last() else { break };
+        cookie = last.cookie;
+        for entry in batch.into_iter().filter(|e| e.name.len() == 200) {
+            let index: u16 = std::str::from_utf8(&entry.name[..5])
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(listed.insert(index, entry.inode).is_none(), "listed twice");
+        }
+    }
+    assert_eq!(&listed, model);
+}
+
+/// A big directory whose blocks are interleaved with its files' data, so its map outgrows
+/// the inline extent list and becomes an extent tree; then random creates and unlinks
+/// against a model, remounts, space reuse, and an rmdir that frees every block.
+fn run_big_directory(ops: &[(bool, u16)]) {
+    const PREFILL: u16 = 700;
+    let device: Arc<MemDevice> = make_device(64 << 20);
+    let mut fs = mount(&device);
+    let who = root();
+    let dir = fs.mkdir(fs.root(), b"big", 0o755, &who).unwrap().inode;
+    fs.forget(dir, 1);
+    let mut model = std::collections::BTreeMap::new();
+    for index in 0..PREFILL {
+        let made = fs.create(dir, &big_name(index), FileKind::Regular, 0o644, 0, &who);
+        let made = made.unwrap();
+        fs.write(made.inode, 0, &[7u8; 100]).unwrap();
+        fs.forget(made.inode, 1);
+        model.insert(index, made.inode);
+    }
+    fs.unmount().unwrap();
+    assert_eq!(
+        stored_format(&device, dir),
+        cairn_format::inode::ForkFormat::Btree
+    );
+    fsck_clean(&device);
+    fs = mount(&device);
+    compare_big(&fs, dir, &model);
+    for (step, &(create, index)) in ops.iter().enumerate() {
+        let name = big_name(index);
+        if create && !model.contains_key(&index) {
+            let made = fs.create(dir, &name, FileKind::Regular, 0o644, 0, &who);
+            let made = made.unwrap();
+            fs.forget(made.inode, 1);
+            model.insert(index, made.inode);
+        } else if !create && model.remove(&index).is_some() {
+            fs.unlink(dir, &name, &who).unwrap();
+        }
+        if step % 64 == 63 {
+            fs.unmount().unwrap();
+            fsck_clean(&device);
+            fs = mount(&device);
+        }
+    }
+    compare_big(&fs, dir, &model);
+    // Space reuse: as many entries as were removed come back without growing the directory.
+    let size = fs.getattr(dir).unwrap().size;
+    let gone: Vec<u16> = model.keys().copied().step_by(2).collect();
+    for &index in &gone {
+        fs.unlink(dir, &big_name(index), &who).unwrap();
+        model.remove(&index);
+    }
+    for &index in &gone {
+        let made = fs.create(dir, &big_name(index), FileKind::Regular, 0o644, 0, &who);
+        let made = made.unwrap();
+        fs.forget(made.inode, 1);
+        model.insert(index, made.inode);
+    }
+    assert_eq!(
+        fs.getattr(dir).unwrap().size,
+        size,
+        "removed space was reused"
+    );
+    compare_big(&fs, dir, &model);
+    for &index in model.keys() {
+        fs.unlink(dir, &big_name(index), &who).unwrap();
+    }
+    let statfs = fs.statfs().unwrap();
+    let blocks = fs.getattr(dir).unwrap().blocks_512 * 512 / u64::from(statfs.block_size);
+    fs.rmdir(fs.root(), b"big", &who).unwrap();
+    let freed = fs.statfs().unwrap().blocks_free - statfs.blocks_free;
+    assert_eq!(freed, blocks, "rmdir frees every directory block");
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3, ..ProptestConfig::default() })]
+
+    // A directory mapped by an extent tree agrees with the model through random creates,
+    // unlinks and remounts, reuses removed space, and frees every block on rmdir.
+    #[test]
+    fn big_directory_matches_the_model(
+        ops in proptest::collection::vec((any::<bool>(), 0u16..1000), 1..200)
+    ) {
+        run_big_directory(&ops);
+    }
+}
