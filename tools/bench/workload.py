@@ -1,0 +1,340 @@
+#!/usr/bin/env python3
+"""Filesystem workloads runnable against any mounted directory.
+
+Each subcommand runs one workload under MOUNTPOINT and prints its figures as JSON lines,
+{"metric": NAME, "value": NUMBER, "unit": UNIT}, plus {"files": [...]} lines naming the
+files whose extents a locality report should look at. Used by tools/bench-compare (all
+filesystems side by side) and crates/fuse/tools/bench-fuse (the cairn daemon alone).
+
+  createunlink MNT --files N --workers W   empty files: create all, syncfs, unlink all, syncfs
+  append MNT --mib M --writers W           512 KiB O_DIRECT writes, fsync after each
+  fill MNT --percent P --writers W         random file sizes until P% of the fs is used
+  untar MNT TARBALL                        tar -x then syncfs; find (stat every entry); rm -r
+  find MNT / rm MNT                        the find and remove phases alone (after a remount)
+  fio MNT --phase write|seqread|random     fio, buffered and O_DIRECT (remount between phases)
+  randfsync MNT --count N                  4 KiB pwrite + fsync at random offsets
+
+Needs only the Python standard library. Workers are processes (not threads), so the GIL
+does not serialise them.
+"""
+
+import argparse
+import ctypes
+import json
+import math
+import mmap
+import multiprocessing
+import os
+import random
+import subprocess
+import sys
+import time
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+APPEND_CHUNK = 512 << 10
+FILES_PER_DIR = 1000
+FILL_WRITE = 1 << 20
+
+
+def emit(metric, value, unit):
+    print(json.dumps({"metric": metric, "value": value, "unit": unit}), flush=True)
+
+
+def syncfs(path):
+    """Writes back the filesystem holding `path` (and only that one)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if LIBC.syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), path)
+    finally:
+        os.close(fd)
+
+
+def run_workers(count, target, args):
+    """Runs `target(index, *args, barrier)` in `count` processes; returns the wall time
+    between the start barrier and the end barrier (both include the parent)."""
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(count + 1)
+    procs = [ctx.Process(target=target, args=(i, *args, barrier)) for i in range(count)]
+    for proc in procs:
+        proc.start()
+    barrier.wait()
+    start = time.perf_counter()
+    barrier.wait()
+    elapsed = time.perf_counter() - start
+    for proc in procs:
+        proc.join()
+        if proc.exitcode != 0:
+            raise SystemExit(f"a worker failed (exit {proc.exitcode})")
+    return elapsed
+
+
+def file_names(root, worker, count):
+    dirs = max(1, math.ceil(count / FILES_PER_DIR))
+    return [f"{root}/w{worker}/d{i % dirs}/f{i}" for i in range(count)]
+
+
+def create_worker(index, root, count, barrier):
+    names = file_names(root, index, count)
+    for d in sorted({os.path.dirname(n) for n in names}):
+        os.makedirs(d, exist_ok=True)
+    barrier.wait()
+    for name in names:
+        os.close(os.open(name, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644))
+    barrier.wait()
+
+
+def unlink_worker(index, root, count, barrier):
+    names = file_names(root, index, count)
+    barrier.wait()
+    for name in names:
+        os.unlink(name)
+    barrier.wait()
+
+
+def cmd_createunlink(args):
+    root = os.path.join(args.mountpoint, f"cu{args.workers}")
+    per_worker = args.files // args.workers
+    total = per_worker * args.workers
+    elapsed = run_workers(args.workers, create_worker, (root, per_worker))
+    start = time.perf_counter()
+    syncfs(args.mountpoint)
+    created = elapsed + time.perf_counter() - start
+    elapsed = run_workers(args.workers, unlink_worker, (root, per_worker))
+    start = time.perf_counter()
+    syncfs(args.mountpoint)
+    removed = elapsed + time.perf_counter() - start
+    emit(f"create empty files, {args.workers} thr", total / created, "files/s")
+    emit(f"unlink empty files, {args.workers} thr", total / removed, "files/s")
+
+
+def append_worker(index, root, mib, barrier):
+    path = f"{root}/file{index}"
+    buf = mmap.mmap(-1, APPEND_CHUNK)  # page-aligned, as O_DIRECT needs
+    buf.write(bytes([index + 1]) * APPEND_CHUNK)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o644)
+    barrier.wait()
+    for _ in range(mib * (1 << 20) // APPEND_CHUNK):
+        written = os.write(fd, buf)
+        if written != APPEND_CHUNK:
+            raise SystemExit(f"{path}: short O_DIRECT write of {written} bytes")
+        os.fsync(fd)
+    os.close(fd)
+    barrier.wait()
+
+
+def cmd_append(args):
+    root = os.path.join(args.mountpoint, "append")
+    os.makedirs(root, exist_ok=True)
+    probe = os.path.join(root, "probe")
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o644))
+    except OSError as err:
+        emit("O_DIRECT append, 2 writers", None, f"n/a: O_DIRECT open: {err.strerror}")
+        return
+    os.unlink(probe)
+    elapsed = run_workers(args.writers, append_worker, (root, args.mib))
+    total_mib = args.mib * args.writers
+    emit(f"O_DIRECT 512K append+fsync, {args.writers} writers", total_mib / elapsed, "MiB/s")
+    names = [f"append/file{i}" for i in range(args.writers)]
+    print(json.dumps({"files": names, "sizes": [args.mib << 20] * args.writers}))
+
+
+def fill_sizes(rng, need_bytes, min_bytes, max_bytes):
+    """File sizes, log-uniform between min and max (4 KiB multiples), summing to need."""
+    sizes, total = [], 0
+    low, high = math.log(min_bytes), math.log(max_bytes)
+    while total < need_bytes:
+        size = int(math.exp(rng.uniform(low, high))) // 4096 * 4096
+        size = max(min_bytes, min(size, need_bytes - total))
+        size = max(4096, size // 4096 * 4096)
+        sizes.append(size)
+        total += size
+    return sizes
+
+
+def fill_worker(index, root, sizes, writers, barrier):
+    block = os.urandom(FILL_WRITE)
+    os.makedirs(f"{root}/w{index}", exist_ok=True)
+    barrier.wait()
+    for number in range(index, len(sizes), writers):
+        remaining = sizes[number]
+        with open(f"{root}/w{index}/f{number}", "wb", buffering=0) as out:
+            while remaining > 0:
+                step = min(remaining, FILL_WRITE)
+                out.write(block[:step])
+                remaining -= step
+    barrier.wait()
+
+
+def cmd_fill(args):
+    st = os.statvfs(args.mountpoint)
+    total = st.f_blocks * st.f_frsize
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    need = int(total * args.percent / 100) - used
+    if need <= 0:
+        raise SystemExit(f"{args.mountpoint} is already {used * 100 // total}% full")
+    rng = random.Random(args.seed)
+    sizes = fill_sizes(rng, need, 4096, args.max_mib << 20)
+    root = os.path.join(args.mountpoint, "fill")
+    elapsed = run_workers(args.writers, fill_worker, (root, sizes, args.writers))
+    start = time.perf_counter()
+    syncfs(args.mountpoint)
+    elapsed += time.perf_counter() - start
+    st = os.statvfs(args.mountpoint)
+    used_pct = (st.f_blocks - st.f_bfree) * 100 / st.f_blocks
+    emit(f"fill to {args.percent}%, {args.writers} writers", sum(sizes) / elapsed / (1 << 20),
+         "MiB/s")
+    emit("fill: files written", len(sizes), "files")
+    emit("fill: space used after", used_pct, "% used")
+    names = [f"fill/w{n % args.writers}/f{n}" for n in range(len(sizes))]
+    print(json.dumps({"files": names, "sizes": sizes}))
+
+
+def count_entries(root):
+    return sum(len(files) + len(dirs) for _, dirs, files in os.walk(root))
+
+
+def cmd_untar(args):
+    root = os.path.join(args.mountpoint, "tree")
+    os.makedirs(root, exist_ok=True)
+    start = time.perf_counter()
+    subprocess.run(["tar", "-xf", args.tarball, "-C", root], check=True)
+    syncfs(args.mountpoint)
+    elapsed = time.perf_counter() - start
+    entries = count_entries(root)
+    size_mib = os.path.getsize(args.tarball) / (1 << 20)
+    emit("source tree: untar + syncfs", entries / elapsed, "entries/s")
+    emit("source tree: untar + syncfs (data)", size_mib / elapsed, "MiB/s")
+    emit("source tree: entries", entries, "entries")
+
+
+def cmd_find(args):
+    root = os.path.join(args.mountpoint, "tree")
+    start = time.perf_counter()
+    # -printf %s needs each entry's attributes: a stat of everything, as `ls -lR` does.
+    out = subprocess.run(["find", root, "-printf", "%s\n"], check=True,
+                         stdout=subprocess.PIPE).stdout
+    elapsed = time.perf_counter() - start
+    emit("source tree: find + stat (cold)", out.count(b"\n") / elapsed, "entries/s")
+
+
+def cmd_rm(args):
+    root = os.path.join(args.mountpoint, "tree")
+    entries = count_entries(root)
+    start = time.perf_counter()
+    subprocess.run(["rm", "-rf", root], check=True)
+    syncfs(args.mountpoint)
+    emit("source tree: rm -r + syncfs", entries / (time.perf_counter() - start), "entries/s")
+
+
+# fio jobs of each phase: metric, file, O_DIRECT, rw, block size, unit. The write phase lays
+# out both files; the read phases follow a remount, so they start cold.
+FIO_PHASES = {
+    "write": [
+        ("fio seq write 1M, buffered + end fsync", "fio-buffered", 0, "write", "1M", "MiB/s"),
+        ("fio seq write 1M, O_DIRECT + end fsync", "fio-direct", 1, "write", "1M", "MiB/s"),
+    ],
+    "seqread": [
+        ("fio seq read 1M, buffered (cold)", "fio-buffered", 0, "read", "1M", "MiB/s"),
+        ("fio seq read 1M, O_DIRECT", "fio-direct", 1, "read", "1M", "MiB/s"),
+    ],
+    "random": [
+        ("fio rand read 4K, buffered (cold)", "fio-buffered", 0, "randread", "4k", "IOPS"),
+        ("fio rand read 4K, O_DIRECT", "fio-direct", 1, "randread", "4k", "IOPS"),
+        ("fio rand write 4K, buffered + end fsync", "fio-buffered", 0, "randwrite", "4k", "IOPS"),
+        ("fio rand write 4K, O_DIRECT", "fio-direct", 1, "randwrite", "4k", "IOPS"),
+    ],
+}
+
+
+def cmd_fio(args):
+    import shutil
+
+    for metric, name, direct, rw, bs, unit in FIO_PHASES[args.phase]:
+        if not shutil.which("fio"):
+            emit(metric, None, "n/a: fio not installed")
+            continue
+        command = ["fio", "--name=" + name, "--filename=" + os.path.join(args.mountpoint, name),
+                   "--size=" + args.size, "--bs=" + bs, "--rw=" + rw, "--ioengine=psync",
+                   f"--direct={direct}", "--output-format=json"]
+        if rw.startswith("rand"):
+            command += ["--time_based", f"--runtime={args.runtime}", "--randrepeat=0"]
+        if "write" in rw:
+            command += ["--end_fsync=1"]
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            reason = (done.stderr.strip().splitlines() or ["failed"])[-1]
+            emit(metric, None, f"n/a: {reason[:80]}")
+            continue
+        job = json.loads(done.stdout[done.stdout.index("{"):])["jobs"][0]
+        side = job["write" if "write" in rw else "read"]
+        if unit == "IOPS":
+            emit(metric, side["iops"], unit)
+        else:
+            emit(metric, side["bw_bytes"] / (1 << 20), unit)
+
+
+def cmd_randfsync(args):
+    path = os.path.join(args.mountpoint, "random")
+    size = args.file_mib << 20
+    with open(path, "wb") as out:
+        for _ in range(args.file_mib):
+            out.write(b"\0" * (1 << 20))
+        os.fsync(out.fileno())
+    fd = os.open(path, os.O_WRONLY)
+    block = os.urandom(4096)
+    rng = random.Random(1)
+    start = time.perf_counter()
+    for _ in range(args.count):
+        os.pwrite(fd, block, rng.randrange(size // 4096) * 4096)
+        os.fsync(fd)
+    elapsed = time.perf_counter() - start
+    os.close(fd)
+    emit("4 KiB random write + fsync", args.count / elapsed, "writes/s")
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("createunlink")
+    p.add_argument("mountpoint")
+    p.add_argument("--files", type=int, default=10000)
+    p.add_argument("--workers", type=int, default=1)
+    p = sub.add_parser("append")
+    p.add_argument("mountpoint")
+    p.add_argument("--mib", type=int, default=64, help="MiB per file")
+    p.add_argument("--writers", type=int, default=2)
+    p = sub.add_parser("fill")
+    p.add_argument("mountpoint")
+    p.add_argument("--percent", type=int, default=70)
+    p.add_argument("--writers", type=int, default=4)
+    p.add_argument("--max-mib", type=int, default=256, help="largest file")
+    p.add_argument("--seed", type=int, default=1)
+    p = sub.add_parser("untar")
+    p.add_argument("mountpoint")
+    p.add_argument("tarball")
+    for name in ("find", "rm"):
+        sub.add_parser(name).add_argument("mountpoint")
+    p = sub.add_parser("fio")
+    p.add_argument("mountpoint")
+    p.add_argument("--phase", choices=sorted(FIO_PHASES), required=True)
+    p.add_argument("--size", default="512M", help="file size")
+    p.add_argument("--runtime", type=int, default=4, help="seconds per random job")
+    p = sub.add_parser("randfsync")
+    p.add_argument("mountpoint")
+    p.add_argument("--count", type=int, default=2000)
+    p.add_argument("--file-mib", type=int, default=64)
+    return parser.parse_args(argv)
+
+
+def main(argv):
+    args = parse_args(argv)
+    if not os.path.isdir(args.mountpoint):
+        raise SystemExit(f"{args.mountpoint}: not a directory")
+    globals()["cmd_" + args.command](args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
