@@ -3,8 +3,8 @@
 
 Each subcommand runs one workload under MOUNTPOINT and prints its figures as JSON lines,
 {"metric": NAME, "value": NUMBER, "unit": UNIT}, plus {"files": [...]} lines naming the
-files whose extents a locality report should look at. Used by tools/bench-compare (all
-filesystems side by side) and crates/fuse/tools/bench-fuse (the cairn daemon alone).
+files whose extents a locality report should look at. tools/bench-compare runs them on
+every filesystem side by side.
 
   createunlink MNT --files N --workers W   empty files: create all, syncfs, unlink all, syncfs
   append MNT --mib M --writers W           512 KiB O_DIRECT writes, fsync after each
@@ -12,7 +12,6 @@ filesystems side by side) and crates/fuse/tools/bench-fuse (the cairn daemon alo
   untar MNT TARBALL                        tar -x then syncfs; find (stat every entry); rm -r
   find MNT / rm MNT                        the find and remove phases alone (after a remount)
   fio MNT --phase write|seqread|random     fio, buffered and O_DIRECT (remount between phases)
-  randfsync MNT --count N                  4 KiB pwrite + fsync at random offsets
 
 Needs only the Python standard library. Workers are processes (not threads), so the GIL
 does not serialise them.
@@ -276,25 +275,6 @@ def cmd_fio(args):
             emit(metric, side["bw_bytes"] / (1 << 20), unit)
 
 
-def cmd_randfsync(args):
-    path = os.path.join(args.mountpoint, "random")
-    size = args.file_mib << 20
-    with open(path, "wb") as out:
-        for _ in range(args.file_mib):
-            out.write(b"\0" * (1 << 20))
-        os.fsync(out.fileno())
-    fd = os.open(path, os.O_WRONLY)
-    block = os.urandom(4096)
-    rng = random.Random(1)
-    start = time.perf_counter()
-    for _ in range(args.count):
-        os.pwrite(fd, block, rng.randrange(size // 4096) * 4096)
-        os.fsync(fd)
-    elapsed = time.perf_counter() - start
-    os.close(fd)
-    emit("4 KiB random write + fsync", args.count / elapsed, "writes/s")
-
-
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -322,10 +302,6 @@ def parse_args(argv):
     p.add_argument("--phase", choices=sorted(FIO_PHASES), required=True)
     p.add_argument("--size", default="512M", help="file size")
     p.add_argument("--runtime", type=int, default=4, help="seconds per random job")
-    p = sub.add_parser("randfsync")
-    p.add_argument("mountpoint")
-    p.add_argument("--count", type=int, default=2000)
-    p.add_argument("--file-mib", type=int, default=64)
     return parser.parse_args(argv)
 
 
