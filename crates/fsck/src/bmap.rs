@@ -62,10 +62,20 @@ impl Checker<'_> {
             if extent.fs_end().0 > self.geometry.block_count {
                 let message = format!("inode {number}: an extent ends past the device");
                 self.fork_problem(number, None, message);
+                if self.repairing {
+                    // Repair drops it as a claim that cannot be honoured.
+                    let (start, length) = (extent.fs_block.0, u64::from(extent.length));
+                    self.claim_for(number.0, start, length, "file data");
+                }
                 continue;
             }
             data_blocks += u64::from(extent.length);
-            self.claim(extent.fs_block.0, u64::from(extent.length), "file data");
+            self.claim_for(
+                number.0,
+                extent.fs_block.0,
+                u64::from(extent.length),
+                "file data",
+            );
         }
         let counted = data_blocks + found.tree_blocks;
         if core.block_count != counted {
@@ -202,7 +212,7 @@ impl Checker<'_> {
                 self.fork_problem(number, Some(at), message);
             }
         }
-        self.claim(at, 1, "file extent tree");
+        self.claim_for(number.0, at, 1, "file extent tree");
         Some((header, block))
     }
 

@@ -2,16 +2,19 @@
 //! inodes, block accounting, summary counters, then the namespace (directories, link counts,
 //! unlinked lists).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use cairn_blockdev::{AlignedBuf, BlockDevice};
 use cairn_format::agf::Agf;
 use cairn_format::agfl::{Agfl, agfl_capacity};
 use cairn_format::agi::Agi;
+use cairn_format::btree_block::InodeRecord;
 use cairn_format::limits::{AG_AGF_BLOCK, AG_AGFL_BLOCK, AG_AGI_BLOCK, AG_HEADER_BLOCKS};
-use cairn_format::{AgBlock, AgNumber, Expected, FsBlock, Geometry, Lsn, MetaKind, Superblock};
+use cairn_format::{
+    AgBlock, AgNumber, Expected, Extent, FsBlock, Geometry, Lsn, MetaKind, Superblock,
+};
 
-use crate::namespace::InodeSeen;
+use crate::namespace::{InodeSeen, Names};
 use crate::report::{Problem, Report};
 
 /// A range of blocks some structure says it owns.
@@ -20,6 +23,31 @@ pub struct Claim {
     pub start: u64,
     pub length: u64,
     pub owner: &'static str,
+    /// The inode whose fork holds the blocks (file data, extent tree, xattr blocks).
+    pub inode: Option<u64>,
+}
+
+/// What a check run learned that repair acts on (filled as the check goes).
+#[derive(Debug, Default)]
+pub struct Findings {
+    /// Inodes that cannot be saved (core or extent tree unreadable), with the reason.
+    pub(crate) broken_inodes: BTreeMap<u64, String>,
+    /// Inodes whose attr fork is damaged.
+    pub(crate) broken_attr: BTreeSet<u64>,
+    /// The data fork extents of every in-use inode that maps blocks.
+    pub(crate) data_extents: BTreeMap<u64, Vec<Extent>>,
+    /// Every inode chunk found, per AG, with the free mask the inode cores say.
+    pub(crate) chunks: Vec<(u32, InodeRecord)>,
+    /// AGs whose inode tree could not be walked (their chunks were found by a scan).
+    pub(crate) scanned_ags: BTreeSet<u32>,
+    /// The namespace as read (directories, references, parents, unlinked members).
+    pub(crate) names: Names,
+    pub(crate) unlinked: BTreeSet<u64>,
+    /// Directory data blocks (block, directory) whose entries decode but whose header does
+    /// not verify: repair rewrites the header.
+    pub(crate) restamp_dir_blocks: Vec<(u64, u64)>,
+    /// Directory data blocks (block, directory) that cannot be decoded: repair empties them.
+    pub(crate) lost_dir_blocks: Vec<(u64, u64)>,
 }
 
 /// The state of one check run.
@@ -39,6 +67,10 @@ pub struct Checker<'a> {
     pub lsn_limit: Lsn,
     /// (inode, extent count) of every regular file with data, for `cairn-db frag`.
     pub file_extent_counts: Vec<(u64, u64)>,
+    /// Repair mode: trust inode cores over chunk masks, scan for chunks when an inode tree
+    /// cannot be walked, and keep `findings`.
+    pub repairing: bool,
+    pub(crate) findings: Findings,
 }
 
 /// Per-AG totals gathered for the superblock counter check.
@@ -62,11 +94,19 @@ impl<'a> Checker<'a> {
             unlinked_heads: Vec::new(),
             lsn_limit: Lsn::ZERO,
             file_extent_counts: Vec::new(),
+            repairing: false,
+            findings: Findings::default(),
         }
     }
 
     /// Runs every phase and returns what was found.
     pub fn run(mut self) -> Report {
+        self.run_phases();
+        self.report
+    }
+
+    /// Runs every phase, keeping what was gathered (claims, inodes, findings).
+    pub(crate) fn run_phases(&mut self) {
         self.check_log();
         let totals = self.scan_ags();
         let log_start = self.geometry.log_start;
@@ -75,7 +115,6 @@ impl<'a> Checker<'a> {
         self.check_namespace();
         self.check_claims();
         self.check_counters(totals);
-        self.report
     }
 
     /// Checks every AG's headers, trees and inodes; returns the summed totals.
@@ -119,6 +158,17 @@ impl<'a> Checker<'a> {
             start,
             length,
             owner,
+            inode: None,
+        });
+    }
+
+    /// Claims blocks held by inode `inode`'s forks.
+    pub fn claim_for(&mut self, inode: u64, start: u64, length: u64, owner: &'static str) {
+        self.claims.push(Claim {
+            start,
+            length,
+            owner,
+            inode: Some(inode),
         });
     }
 
@@ -148,6 +198,8 @@ impl<'a> Checker<'a> {
             let (inodes, free) = self.check_inode_trees(ag, &agi);
             totals.inodes = inodes;
             totals.free_inodes = free;
+        } else if self.repairing {
+            self.scan_ag_inodes(ag);
         }
         totals
     }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use crate::repair::{Mode, Outcome, repair_path};
 use crate::{FsckError, Report, check_path};
 
 /// fsck(8) exit codes.
@@ -15,10 +16,10 @@ pub const EXIT_UNCORRECTED: u8 = 4;
 pub const EXIT_OPERATIONAL: u8 = 8;
 pub const EXIT_USAGE: u8 = 16;
 
-/// Check a cairn filesystem.
+/// Check a cairn filesystem, and repair it with `-y` or `-p`.
 ///
-/// This version checks and reports; it does not repair. `-y`, `-p` and `-a` are accepted as
-/// fsck(8) passes them, and then errors are reported and left uncorrected (exit 4).
+/// Without `-y` or `-p` nothing is written (as with `-n`). Repair refuses a device that is
+/// mounted or otherwise held.
 #[derive(Debug, Parser)]
 #[command(name = "fsck.cairn", version, about, long_about = None)]
 pub struct Args {
@@ -27,10 +28,10 @@ pub struct Args {
     /// Check only; make no changes (the default).
     #[arg(short = 'n', long = "no-modify", conflicts_with_all = ["yes", "preen"])]
     pub no_modify: bool,
-    /// Answer yes to every repair (no repairs exist in this version).
+    /// Repair everything, even what loses data (clearing inodes, dropping entries).
     #[arg(short = 'y', long)]
     pub yes: bool,
-    /// Repair what is safe without asking (no repairs exist in this version).
+    /// Repair only what loses no data; anything else is left uncorrected (exit 4).
     #[arg(short = 'p', short_alias = 'a', long)]
     pub preen: bool,
     /// Check even if the filesystem seems clean (every check is full in this version).
@@ -63,7 +64,17 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 /// Checks as `args` say, prints the outcome and returns the fsck(8) exit code.
 pub fn run(args: &Args) -> u8 {
     if args.yes || args.preen {
-        eprintln!("fsck.cairn: this version does not repair; checking only");
+        let mode = if args.yes { Mode::Yes } else { Mode::Preen };
+        return match repair_path(&args.device, args.buffered, mode) {
+            Ok(outcome) => print_outcome(args, &outcome),
+            Err(FsckError::Device(err)) => {
+                eprintln!(
+                    "fsck.cairn: {}: {err}; nothing was changed",
+                    args.device.display()
+                );
+                EXIT_OPERATIONAL
+            }
+        };
     }
     match check_path(&args.device, args.buffered) {
         Ok(report) => {
@@ -78,6 +89,28 @@ pub fn run(args: &Args) -> u8 {
             eprintln!("fsck.cairn: {}: {err}", args.device.display());
             EXIT_OPERATIONAL
         }
+    }
+}
+
+/// Prints what a repair did and what is left; returns the exit code.
+fn print_outcome(args: &Args, outcome: &Outcome) -> u8 {
+    for action in &outcome.actions {
+        println!("repaired: {action}");
+    }
+    for problem in outcome.fixed() {
+        println!("fixed: {problem}");
+    }
+    for skipped in &outcome.skipped {
+        println!("left: {skipped}");
+    }
+    print_report(args, &outcome.after);
+    let changed = !outcome.actions.is_empty() || outcome.after != outcome.before;
+    if !outcome.after.is_clean() {
+        EXIT_UNCORRECTED
+    } else if changed {
+        EXIT_CORRECTED
+    } else {
+        EXIT_CLEAN
     }
 }
 

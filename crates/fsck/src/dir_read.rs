@@ -120,7 +120,22 @@ impl Checker<'_> {
             Ok(entries) => entries,
             Err(err) => {
                 self.report.add(Problem::from_format(at, &err));
-                return None;
+                if !self.repairing {
+                    return None;
+                }
+                // Repair salvages what decodes; a lost block 0 (the markers) loses the
+                // directory.
+                match dir_data_entries(&block) {
+                    Ok(entries) => {
+                        self.findings.restamp_dir_blocks.push((at, dir));
+                        entries
+                    }
+                    Err(_) if file_block > 0 => {
+                        self.findings.lost_dir_blocks.push((at, dir));
+                        Vec::new()
+                    }
+                    Err(_) => return None,
+                }
             }
         };
         for entry in entries {

@@ -1,11 +1,12 @@
 //! Inode trees and inodes: every chunk the inode tree records is read, every inode in it
 //! verifies, allocation agrees with the free mask, and file data is claimed.
 
+use cairn_blockdev::AlignedBuf;
 use cairn_format::agi::Agi;
 use cairn_format::btree_block::InodeRecord;
 use cairn_format::inode::{FileType, ForkFormat, InodeCore, fork_extents};
-use cairn_format::limits::INODES_PER_CHUNK;
-use cairn_format::{AgBlock, AgNumber, Expected, InodeNumber, MetaKind, OnDisk};
+use cairn_format::limits::{AG_HEADER_BLOCKS, INODES_PER_CHUNK};
+use cairn_format::{AgBlock, AgNumber, Expected, InodeNumber, MetaKind, OnDisk, verify_header};
 
 use crate::bmap::ForkBlocks;
 use crate::check::Checker;
@@ -34,7 +35,14 @@ impl Checker<'_> {
         let with_free = self
             .walk_ag_tree(fino)
             .map(|raw| self.inode_records(ag, &raw));
-        let Some(chunks) = chunks else { return (0, 0) };
+        let chunks = match chunks {
+            Some(chunks) => chunks,
+            None if self.repairing => {
+                self.findings.scanned_ags.insert(ag);
+                self.scan_for_chunks(ag)
+            }
+            None => return (0, 0),
+        };
         for chunk in &chunks {
             self.check_chunk(ag, chunk);
         }
@@ -62,6 +70,46 @@ impl Checker<'_> {
         (inodes, free)
     }
 
+    /// Repair without a readable AGI: finds the AG's chunks by a scan and checks them.
+    pub(crate) fn scan_ag_inodes(&mut self, ag: u32) {
+        self.findings.scanned_ags.insert(ag);
+        for chunk in self.scan_for_chunks(ag) {
+            self.check_chunk(ag, &chunk);
+        }
+    }
+
+    /// Finds AG `ag`'s inode chunks without its inode tree: every chunk-aligned block
+    /// whose first inode verifies as the inode of that slot starts a chunk.
+    fn scan_for_chunks(&mut self, ag: u32) -> Vec<InodeRecord> {
+        let g = self.geometry;
+        let blocks = g.chunk_blocks();
+        let mut found = Vec::new();
+        let mut first = AG_HEADER_BLOCKS.next_multiple_of(blocks);
+        while first + blocks <= g.ag_len(ag) {
+            let at = g.fs_block(AgNumber(ag), AgBlock(first));
+            let start = first << g.inodes_per_block_log;
+            let number = (u64::from(ag) << g.ag_inode_bits()) | u64::from(start);
+            let mut buf = AlignedBuf::zeroed(g.block_size as usize);
+            let expected = Expected {
+                kind: MetaKind::Inode,
+                blkno: number,
+                uuid: self.uuid,
+                owner: Some(number),
+            };
+            let is_chunk = self.device.read_at(g.byte_offset(at), &mut buf).is_ok()
+                && verify_header(&buf[..g.inode_size as usize], &expected).is_ok();
+            if is_chunk {
+                found.push(InodeRecord {
+                    start,
+                    free_count: 0,
+                    free_mask: 0,
+                });
+            }
+            first += blocks;
+        }
+        found
+    }
+
     fn inode_records(&mut self, ag: u32, raw: &[Vec<u8>]) -> Vec<InodeRecord> {
         let mut records = Vec::with_capacity(raw.len());
         for bytes in raw {
@@ -78,7 +126,7 @@ impl Checker<'_> {
     }
 
     /// Reads one chunk and checks each of its inodes against the record's free mask.
-    fn check_chunk(&mut self, ag: u32, chunk: &InodeRecord) {
+    pub(crate) fn check_chunk(&mut self, ag: u32, chunk: &InodeRecord) {
         let g = self.geometry;
         let first_block = chunk.start >> g.inodes_per_block_log;
         let blocks = g.chunk_blocks();
@@ -99,11 +147,23 @@ impl Checker<'_> {
             return;
         };
         let inode_size = g.inode_size as usize;
+        let mut free_mask = 0u64;
         for slot in 0..INODES_PER_CHUNK {
             let number = (u64::from(ag) << g.ag_inode_bits()) | u64::from(chunk.start + slot);
             let raw = &data[slot as usize * inode_size..(slot as usize + 1) * inode_size];
             let free = chunk.free_mask & (1 << slot) != 0;
             self.check_inode(InodeNumber(number), raw, free);
+            if !self.inodes.contains_key(&number) {
+                free_mask |= 1 << slot;
+            }
+        }
+        if self.repairing {
+            let record = InodeRecord {
+                start: chunk.start,
+                free_count: free_mask.count_ones(),
+                free_mask,
+            };
+            self.findings.chunks.push((ag, record));
         }
     }
 
@@ -118,6 +178,8 @@ impl Checker<'_> {
         let core = match InodeCore::read(raw, &expected) {
             Ok(core) => core,
             Err(err) => {
+                let why = format!("its core is damaged: {err}");
+                self.findings.broken_inodes.insert(number.0, why);
                 return self.report.add(Problem::new(
                     err.structure(),
                     Some(number.0),
@@ -132,11 +194,14 @@ impl Checker<'_> {
         };
         if let Some(problem) = problem {
             let message = format!("inode {number} {problem}");
-            return self
-                .report
+            self.report
                 .add(Problem::new("inode", Some(number.0), message));
+            // Repair trusts the core: the chunk's mask is rebuilt from the cores.
+            if !self.repairing {
+                return;
+            }
         }
-        if !free {
+        if core.file_type().is_some() {
             self.note_inode(number, raw, &core);
             // The data fork's checks see the block count less the attr fork's blocks.
             let attr_blocks = self.check_attr_fork(number, raw, &core);
@@ -166,6 +231,18 @@ impl Checker<'_> {
             },
             ForkFormat::Btree => self.walk_bmap_tree(number, fork, core),
         };
+        if self.repairing {
+            match &found {
+                Some(found) => {
+                    let extents = found.extents.clone();
+                    self.findings.data_extents.insert(number.0, extents);
+                }
+                None => {
+                    let why = "its extent map cannot be read".to_string();
+                    self.findings.broken_inodes.insert(number.0, why);
+                }
+            }
+        }
         if let Some(found) = found {
             self.note_directory_extents(number, &found.extents);
             self.check_extents(number, core, found);

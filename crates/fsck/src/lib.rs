@@ -1,4 +1,5 @@
-//! fsck.cairn: checks a cairn filesystem and reports every inconsistency it finds.
+//! fsck.cairn: checks a cairn filesystem and reports every inconsistency it finds, and
+//! repairs it (`repair`, for `-y` and `-p`).
 //!
 //! Owns: the consistency rules that span blocks (verifiers check single blocks): superblock
 //! copies agree, both free-space trees hold the same merged extents, AG and superblock
@@ -6,8 +7,14 @@
 //! device belongs to exactly one owner, the log is clean and no block's LSN is past it, every
 //! directory entry names an in-use inode, every inode is reachable from the root (or on an
 //! unlinked list) and its link count equals the entries naming it.
+//! Repair owns the phases that bring a damaged filesystem back: log replay (through cairn-fs),
+//! inodes, the namespace (with `/lost+found`), then every AG's trees and headers rebuilt from
+//! what the inodes claim (see `repair/mod.rs`).
 //! Invariants:
 //! - checking never writes to the device (it is opened read-only);
+//! - repair writes only after a check found problems, only to a device it holds exclusively
+//!   (a mounted or otherwise held device is refused), and judges its work by a fresh check;
+//!   `-p` never drops data (inodes, extents, entries, attributes);
 //! - any damage is reported as a `Problem` naming the structure and block, never a panic; a
 //!   structure too damaged to follow is reported and skipped, and the check goes on.
 
@@ -22,6 +29,7 @@ mod log_check;
 mod logprint;
 mod namespace;
 pub mod probe;
+pub mod repair;
 pub mod report;
 pub mod snoop;
 mod space;

@@ -21,6 +21,7 @@ const UNLINKED_CHAIN_MAX: usize = 1 << 24;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InodeSeen {
     pub file_type: FileType,
+    pub block_count: u64,
     pub nlink: u32,
     pub next_unlinked: u32,
     /// Directories only: where the entries are.
@@ -29,12 +30,14 @@ pub struct InodeSeen {
 
 /// Who names whom, gathered from every readable directory.
 #[derive(Debug, Default)]
-struct Names {
-    listings: BTreeMap<u64, Listing>,
+pub(crate) struct Names {
+    pub listings: BTreeMap<u64, Listing>,
     /// Entries naming each inode.
-    references: HashMap<u64, u32>,
+    pub references: HashMap<u64, u32>,
     /// Directories naming each directory.
-    parents: HashMap<u64, Vec<u64>>,
+    pub parents: HashMap<u64, Vec<u64>>,
+    /// What each directory holds, as it reads (short form or extents).
+    pub sources: BTreeMap<u64, DirSource>,
 }
 
 impl Checker<'_> {
@@ -52,6 +55,7 @@ impl Checker<'_> {
         });
         let seen = InodeSeen {
             file_type,
+            block_count: core.block_count,
             nlink: core.nlink,
             next_unlinked: core.next_unlinked,
             dir,
@@ -93,6 +97,10 @@ impl Checker<'_> {
         let reached = reachable(root, &names);
         self.check_connected(&names, &reached, &unlinked);
         self.check_link_counts(&names, &unlinked);
+        if self.repairing {
+            self.findings.names = names;
+            self.findings.unlinked = unlinked;
+        }
     }
 
     fn gather_names(&mut self) -> Names {
@@ -109,6 +117,7 @@ impl Checker<'_> {
             if let DirSource::Blocks(extents) = &source {
                 self.check_dir_index(dir, extents, &listing);
             }
+            names.sources.insert(dir, source);
             for entry in &listing.entries {
                 *names.references.entry(entry.inode).or_default() += 1;
                 if entry.file_type == FileType::Directory {

@@ -20,8 +20,18 @@ pub struct Opened {
 /// smaller than the default image sector, the image is reopened with its own sector size so
 /// that single blocks can be read directly.
 pub fn open(path: &Path, buffered: bool) -> Result<Opened, FsckError> {
+    open_with(path, buffered, true)
+}
+
+/// Opens `path` read-write for repair. The device's exclusive lock refuses a device that a
+/// mounted filesystem or any other writer holds, naming the holder.
+pub fn open_writable(path: &Path, buffered: bool) -> Result<Opened, FsckError> {
+    open_with(path, buffered, false)
+}
+
+fn open_with(path: &Path, buffered: bool, read_only: bool) -> Result<Opened, FsckError> {
     let options = OpenOptions {
-        read_only: true,
+        read_only,
         direct: !buffered,
         ..OpenOptions::default()
     };

@@ -13,6 +13,7 @@ use crate::report::Problem;
 
 impl Checker<'_> {
     fn attr_problem(&mut self, number: InodeNumber, block: Option<u64>, message: String) {
+        self.findings.broken_attr.insert(number.0);
         self.report.add(Problem::new(
             "attribute fork",
             block.or(Some(number.0)),
@@ -68,7 +69,7 @@ impl Checker<'_> {
                 return 0;
             }
         };
-        self.claim(leaf, 1, "xattr leaf");
+        self.claim_for(number.0, leaf, 1, "xattr leaf");
         let Some(block) = self.read_block(FsBlock(leaf), MetaKind::AttrBlock.name()) else {
             return 1;
         };
@@ -83,6 +84,7 @@ impl Checker<'_> {
         let decoded = match decoded {
             Ok(decoded) => decoded,
             Err(err) => {
+                self.findings.broken_attr.insert(number.0);
                 self.report.add(Problem::from_format(leaf, &err));
                 return 1;
             }
@@ -99,7 +101,7 @@ impl Checker<'_> {
                 self.attr_problem(number, Some(leaf), message);
                 continue;
             }
-            self.claim(block.0, count, "xattr value");
+            self.claim_for(number.0, block.0, count, "xattr value");
             blocks += count;
         }
         blocks

@@ -1,0 +1,241 @@
+//! Repair, in phases like xfs_repair, each driven by a fresh check of the device:
+//! 0. the log: a dirty log is replayed by mounting and unmounting through cairn-fs (the one
+//!    recovery implementation);
+//! 1. inodes (`inodes.rs`): inodes that cannot be saved are cleared; extents past the device,
+//!    across an AG or over blocks already owned (metadata, or a lower inode) are dropped;
+//!    damaged attr forks are dropped; block counts are set to what the forks hold;
+//! 2. the namespace (`names.rs`): entries naming free inodes, of the wrong type or giving a
+//!    directory a second parent are removed, `..` is set, indexes rebuilt, disconnected inodes
+//!    moved to `/lost+found`, and link counts set to the entries naming each inode;
+//! 3. space (`space.rs`): every AG's trees and headers and the superblocks are rebuilt from
+//!    what the inodes and headers claim.
+//!
+//! A final check decides the outcome. Nothing is written unless the first check found
+//! problems; `-p` (preen) makes only the repairs that lose nothing (no inode, extent, entry or
+//! attr fork is dropped).
+
+mod inodes;
+mod names;
+mod space;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use cairn_blockdev::{AlignedBuf, BlockDevice, DeviceError};
+use cairn_format::header::stamp;
+use cairn_format::{FormatError, FsBlock, Geometry, Superblock};
+use cairn_journal::Journal;
+
+use crate::FsckError;
+use crate::check::Checker;
+use crate::probe::{self, Opened};
+use crate::report::{Problem, Report};
+
+/// How far repair may go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `-p`: only repairs that lose no data.
+    Preen,
+    /// `-y`: every repair.
+    Yes,
+}
+
+/// What a repair run did.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// The check before any change.
+    pub before: Report,
+    /// The check after the repairs (equal to `before` when nothing was written).
+    pub after: Report,
+    /// One line per repair made, naming what and where.
+    pub actions: Vec<String>,
+    /// Repairs that were needed but not made (preen mode, or impossible).
+    pub skipped: Vec<String>,
+}
+
+impl Outcome {
+    /// Problems of the first check that the final check no longer finds.
+    pub fn fixed(&self) -> Vec<&Problem> {
+        self.before
+            .problems
+            .iter()
+            .filter(|p| !self.after.problems.contains(p))
+            .collect()
+    }
+}
+
+/// Why a repair phase stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RepairError {
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error("{0}")]
+    Stuck(String),
+}
+
+/// The state shared by the repair phases: a writable, exclusively held device.
+pub(crate) struct Repairer<'a> {
+    pub device: &'a dyn BlockDevice,
+    pub geometry: Geometry,
+    pub uuid: [u8; 16],
+    pub superblock: Superblock,
+    pub mode: Mode,
+    pub actions: Vec<String>,
+    pub skipped: Vec<String>,
+}
+
+impl Repairer<'_> {
+    /// Stamps `block` (its CRC over what is written; the LSN kept) and writes it at `at`.
+    pub(crate) fn write_meta(&mut self, at: u64, block: &mut [u8]) -> Result<(), RepairError> {
+        stamp(block, None);
+        let mut buf = AlignedBuf::zeroed(block.len());
+        buf.copy_from_slice(block);
+        self.device
+            .write_at(self.geometry.byte_offset(FsBlock(at)), &buf)?;
+        Ok(())
+    }
+
+    /// Reads `count` blocks at `at`.
+    pub(crate) fn read_raw(&self, at: u64, count: u32) -> Result<Vec<u8>, RepairError> {
+        let mut buf = AlignedBuf::zeroed(count as usize * self.geometry.block_size as usize);
+        self.device
+            .read_at(self.geometry.byte_offset(FsBlock(at)), &mut buf)?;
+        Ok(buf.to_vec())
+    }
+
+    /// Whether repairs that lose data may be made.
+    pub(crate) fn may_discard(&self) -> bool {
+        self.mode == Mode::Yes
+    }
+
+    /// Records a repair that preen mode may not make.
+    pub(crate) fn skip(&mut self, what: String) {
+        self.skipped
+            .push(format!("{what}: not repaired in preen mode (run with -y)"));
+    }
+
+    fn action(&mut self, what: String) {
+        self.actions.push(what);
+    }
+
+    /// A check run that keeps what repair needs.
+    fn survey(&self) -> Checker<'_> {
+        let mut checker = Checker::new(self.device, self.superblock.clone());
+        checker.repairing = true;
+        checker.run_phases();
+        checker
+    }
+
+    fn run_phases(&mut self) -> Result<(), RepairError> {
+        let survey = self.survey();
+        let plan = self.plan_inode_repairs(&survey);
+        drop(survey);
+        self.apply_inode_repairs(plan)?;
+        let survey = self.survey();
+        let plan = self.plan_namespace(&survey);
+        drop(survey);
+        self.apply_namespace(plan)?;
+        let survey = self.survey();
+        let heads: BTreeMap<u32, Vec<u32>> = survey.unlinked_heads.iter().cloned().collect();
+        let claims = survey.claims.clone();
+        let chunks = survey.findings.chunks.clone();
+        drop(survey);
+        self.rebuild_space(&claims, &chunks, &heads)?;
+        self.device.flush()?;
+        Ok(())
+    }
+}
+
+/// Repairs the filesystem on `path` as `mode` allows. `Err` means the device could not be
+/// opened or read at all (a mounted or otherwise held device is refused here).
+pub fn repair_path(path: &Path, buffered: bool, mode: Mode) -> Result<Outcome, FsckError> {
+    let opened = probe::open_writable(path, buffered)?;
+    let sb = match &opened.primary {
+        Ok(sb) => sb.clone(),
+        Err(err) => {
+            let mut report = Report::default();
+            report.add(Problem::from_format(0, err));
+            return Ok(Outcome {
+                before: report.clone(),
+                after: report,
+                ..Outcome::default()
+            });
+        }
+    };
+    let mut outcome = Outcome::default();
+    let opened = replay_log(path, buffered, opened, &sb, &mut outcome)?;
+    let sb = match probe::read_primary(&opened.device)? {
+        Ok(sb) => sb,
+        Err(_) => sb,
+    };
+    let before = crate::check_opened(&opened);
+    let mut outcome = Outcome {
+        before: before.clone(),
+        after: before,
+        ..outcome
+    };
+    if outcome.before.is_clean() {
+        return Ok(outcome);
+    }
+    let mut repairer = Repairer {
+        device: &opened.device,
+        geometry: sb.geometry,
+        uuid: sb.uuid(),
+        superblock: sb,
+        mode,
+        actions: std::mem::take(&mut outcome.actions),
+        skipped: Vec::new(),
+    };
+    if let Err(err) = repairer.run_phases() {
+        repairer.skipped.push(format!("repair stopped: {err}"));
+    }
+    outcome.actions = repairer.actions;
+    outcome.skipped = repairer.skipped;
+    // The superblock was rewritten: the final check reads it afresh.
+    outcome.after = match probe::read_primary(&opened.device)? {
+        Ok(sb) => Checker::new(&opened.device, sb).run(),
+        Err(err) => {
+            let mut report = Report::default();
+            report.add(Problem::from_format(0, &err));
+            report
+        }
+    };
+    Ok(outcome)
+}
+
+/// Replays a dirty log through cairn-fs (mount, then unmount) and reopens the device.
+fn replay_log(
+    path: &Path,
+    buffered: bool,
+    opened: Opened,
+    sb: &Superblock,
+    outcome: &mut Outcome,
+) -> Result<Opened, FsckError> {
+    match Journal::needs_recovery(&opened.device, sb) {
+        Ok(false) => return Ok(opened),
+        Ok(true) => {}
+        Err(err) => {
+            outcome
+                .skipped
+                .push(format!("log: cannot be read ({err}); it was not replayed"));
+            return Ok(opened);
+        }
+    }
+    let Opened { device, .. } = opened;
+    let device: Arc<dyn BlockDevice> = Arc::new(device);
+    let options = cairn_fs::MountOptions::default();
+    let replayed = cairn_fs::Filesystem::mount(device, options).and_then(|fs| fs.unmount());
+    match replayed {
+        Ok(()) => outcome
+            .actions
+            .push("log: replayed the checkpoints it held".to_string()),
+        Err(err) => outcome
+            .skipped
+            .push(format!("log: replay failed ({err}); left as it is")),
+    }
+    probe::open_writable(path, buffered)
+}

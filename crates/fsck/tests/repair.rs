@@ -1,0 +1,381 @@
+//! Repair: for each kind of damage, `-n` finds it (exit 4), `-y` repairs it (exit 1), `-n`
+//! then finds the image clean (exit 0), and cairn-fs mounts the result and reads what should
+//! have survived.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cairn_blockdev::MemDevice;
+use cairn_format::agf::Agf;
+use cairn_format::dir::ShortformDir;
+use cairn_format::inode::{InodeCore, fork_extents, put_fork_extents};
+use cairn_format::limits::{AG_AGF_BLOCK, AG_AGFL_BLOCK, AG_AGI_BLOCK};
+use cairn_format::{AgBlock, AgNumber, FsBlock, InodeNumber, MetaKind, OnDisk};
+use cairn_fs::{Credentials, FileKind, Filesystem, MountOptions, XattrFlags};
+use common::{Image, SECTOR, blocks_with_magic, edit_block, edit_inode, populated, text};
+
+fn fsck(args: &[&str]) -> std::process::Output {
+    common::run(env!("CARGO_BIN_EXE_fsck-cairn"), args)
+}
+
+/// The populated image plus a file with an extent tree, one with an xattr leaf block and a
+/// symlink with a block-sized target.
+struct Rich {
+    image: Image,
+    fragmented: u64,
+    with_xattr: u64,
+    link: u64,
+}
+
+fn mount_file(path: &Path) -> (Arc<MemDevice>, Filesystem) {
+    let device = Arc::new(MemDevice::from_image(std::fs::read(path).unwrap(), SECTOR).unwrap());
+    let fs = Filesystem::mount(device.clone(), MountOptions::default()).unwrap();
+    (device, fs)
+}
+
+fn rich() -> Rich {
+    let image = populated();
+    let (device, fs) = mount_file(&image.path);
+    let who = Credentials::root();
+    let root = fs.root();
+    let fragmented = fs
+        .create(root, b"frag", FileKind::Regular, 0o644, 0, &who)
+        .unwrap()
+        .inode;
+    let block = u64::from(image.geometry.block_size);
+    for index in 0..80u64 {
+        fs.write(
+            fragmented,
+            2 * index * block,
+            &vec![index as u8 + 1; block as usize],
+        )
+        .unwrap();
+        fs.fsync(fragmented, false).unwrap();
+    }
+    let with_xattr = fs
+        .create(root, b"xa", FileKind::Regular, 0o644, 0, &who)
+        .unwrap()
+        .inode;
+    fs.setxattr(with_xattr, b"user.big", &[9u8; 1500], XattrFlags::Any, &who)
+        .unwrap();
+    let target = vec![b't'; 1000];
+    let link = fs.symlink(root, b"link", &target, &who).unwrap().inode;
+    fs.unmount().unwrap();
+    std::fs::write(&image.path, device.snapshot()).unwrap();
+    Rich {
+        image,
+        fragmented,
+        with_xattr,
+        link,
+    }
+}
+
+/// `-n` finds the damage, `-y` repairs it, `-n` is then clean; returns `-y`'s output.
+fn repair_cycle(image: &Image, want: &str) -> String {
+    let path = image.path.to_str().unwrap();
+    let found = fsck(&["-n", path]);
+    let said = text(&found);
+    assert_eq!(found.status.code(), Some(4), "-n before:\n{said}");
+    assert!(said.contains(want), "want {want:?} in\n{said}");
+    let repaired = fsck(&["-y", path]);
+    let done = text(&repaired);
+    assert_eq!(repaired.status.code(), Some(1), "-y:\n{done}");
+    assert!(!done.contains("panicked"), "{done}");
+    let again = fsck(&["-n", path]);
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "-n after:\n{}\n-y said:\n{done}",
+        text(&again)
+    );
+    common::mounts(&image.path);
+    done
+}
+
+/// Reads file `name` of the root through cairn-fs.
+fn read_root_file(path: &Path, name: &[u8], len: u32) -> Vec<u8> {
+    let (_device, fs) = mount_file(path);
+    let inode = fs.lookup(fs.root(), name).unwrap().inode;
+    let data = fs.read(inode, 0, len).unwrap();
+    fs.unmount().unwrap();
+    data
+}
+
+fn flip(image: &Image, block: u64, within: u64) {
+    let at = block * u64::from(image.geometry.block_size) + within;
+    let mut byte = common::read_bytes(&image.path, at, 1);
+    byte[0] ^= 0x40;
+    common::write_bytes(&image.path, at, &byte);
+}
+
+fn ag_block(image: &Image, ag: u32, block: u32) -> u64 {
+    image.geometry.fs_block(AgNumber(ag), AgBlock(block)).0
+}
+
+fn agf(image: &Image, ag: u32) -> Agf {
+    let at = ag_block(image, ag, AG_AGF_BLOCK);
+    let size = image.geometry.block_size as usize;
+    let raw = common::read_bytes(&image.path, at * size as u64, size);
+    Agf::decode(&raw).unwrap()
+}
+
+fn data_extents(image: &Image, inode: u64) -> Vec<cairn_format::Extent> {
+    let g = image.geometry;
+    let (block, offset) = g.inode_position(InodeNumber(inode)).unwrap();
+    let raw = common::read_bytes(
+        &image.path,
+        g.byte_offset(block) + offset as u64,
+        g.inode_size as usize,
+    );
+    let core = InodeCore::decode(&raw).unwrap();
+    fork_extents(
+        &raw[core.data_fork_range(g.inode_size)],
+        core.data_extent_count,
+    )
+    .unwrap()
+}
+
+// A bad CRC in each per-AG header (secondary superblock, AGF, AGI, AGFL) is repaired.
+#[test]
+fn bad_crc_in_ag_headers() {
+    for (ag, block, name) in [
+        (1, 0, MetaKind::Superblock.name()),
+        (1, AG_AGF_BLOCK, MetaKind::Agf.name()),
+        (0, AG_AGI_BLOCK, MetaKind::Agi.name()),
+        (1, AG_AGI_BLOCK, MetaKind::Agi.name()),
+        (0, AG_AGFL_BLOCK, MetaKind::Agfl.name()),
+    ] {
+        let image = populated();
+        flip(&image, ag_block(&image, ag, block), 100);
+        repair_cycle(&image, name);
+        assert_eq!(read_root_file(&image.path, b"f1", 10240), vec![7u8; 10240]);
+    }
+}
+
+// A bad CRC in a free-space or inode tree block is repaired by rebuilding the trees.
+#[test]
+fn bad_crc_in_ag_trees() {
+    for kind in [MetaKind::BnoBtree, MetaKind::CntBtree, MetaKind::InoBtree] {
+        let image = populated();
+        let magic = kind.magic().to_le_bytes();
+        let block = blocks_with_magic(&image, &magic)[0];
+        flip(&image, block, 200);
+        repair_cycle(&image, kind.name());
+        assert_eq!(read_root_file(&image.path, b"f1", 10240), vec![7u8; 10240]);
+    }
+}
+
+// A damaged inode (bad CRC in its cluster) is cleared and its entry removed.
+#[test]
+fn bad_crc_in_inode_cluster() {
+    let image = populated();
+    let g = image.geometry;
+    let (block, offset) = g.inode_position(InodeNumber(image.f1)).unwrap();
+    let at = g.byte_offset(block) + offset as u64 + 60;
+    let mut byte = common::read_bytes(&image.path, at, 1);
+    byte[0] ^= 1;
+    common::write_bytes(&image.path, at, &byte);
+    let said = repair_cycle(&image, "inode");
+    assert!(
+        said.contains(&format!("inode {}: cleared", image.f1)),
+        "{said}"
+    );
+    assert!(said.contains("removed entry 'f1'"), "{said}");
+    let (_device, fs) = mount_file(&image.path);
+    assert!(fs.lookup(fs.root(), b"f1").is_err());
+    assert!(fs.lookup(fs.root(), b"f2link").is_ok());
+    fs.unmount().unwrap();
+}
+
+// A directory data block with a bad CRC is salvaged: its entries are kept.
+#[test]
+fn bad_crc_in_directory_block() {
+    let image = populated();
+    let extents = data_extents(&image, image.big);
+    let block = extents[0].fs_block.0;
+    // Flip a byte of the header's spare area: the entries still decode.
+    flip(&image, block, 61);
+    repair_cycle(&image, MetaKind::DirData.name());
+    let (_device, fs) = mount_file(&image.path);
+    assert!(fs.lookup(image.big, b"entry-0000").is_ok());
+    assert!(fs.lookup(image.big, b"entry-0299").is_ok());
+    fs.unmount().unwrap();
+}
+
+// The hash index block of a directory with a bad CRC is rebuilt from the entries.
+#[test]
+fn bad_crc_in_directory_index() {
+    let image = populated();
+    let magic = MetaKind::DirBtree.magic().to_le_bytes();
+    let block = blocks_with_magic(&image, &magic)[0];
+    flip(&image, block, 100);
+    repair_cycle(&image, MetaKind::DirBtree.name());
+    let (_device, fs) = mount_file(&image.path);
+    assert!(fs.lookup(image.big, b"entry-0150").is_ok());
+    fs.unmount().unwrap();
+}
+
+// An extent tree block with a bad CRC: the file cannot be saved and is cleared.
+#[test]
+fn bad_crc_in_extent_tree_block() {
+    let rich = rich();
+    let magic = MetaKind::BmapBtree.magic().to_le_bytes();
+    let block = blocks_with_magic(&rich.image, &magic)[0];
+    flip(&rich.image, block, 100);
+    let said = repair_cycle(&rich.image, MetaKind::BmapBtree.name());
+    assert!(
+        said.contains(&format!("inode {}: cleared", rich.fragmented)),
+        "{said}"
+    );
+}
+
+// An xattr leaf with a bad CRC: the attributes are dropped, the file's data kept.
+#[test]
+fn bad_crc_in_xattr_block() {
+    let rich = rich();
+    let magic = MetaKind::AttrBlock.magic().to_le_bytes();
+    let block = blocks_with_magic(&rich.image, &magic)[0];
+    flip(&rich.image, block, 100);
+    let said = repair_cycle(&rich.image, MetaKind::AttrBlock.name());
+    assert!(
+        said.contains(&format!("inode {}: dropped", rich.with_xattr)),
+        "{said}"
+    );
+    let (_device, fs) = mount_file(&rich.image.path);
+    assert!(fs.lookup(fs.root(), b"xa").is_ok());
+    assert!(fs.readlink(rich.link).is_ok());
+    fs.unmount().unwrap();
+}
+
+// A block claimed by two files stays with the lower inode and is dropped from the other.
+#[test]
+fn block_claimed_twice() {
+    let image = populated();
+    let extents = data_extents(&image, image.f1);
+    let inode_size = image.geometry.inode_size;
+    edit_inode(&image, image.f2, |core, fork| {
+        let len = core.data_fork_range(inode_size).len();
+        put_fork_extents(&extents, &mut fork[..len]).unwrap();
+        core.data_extent_count = extents.len() as u32;
+        core.block_count = extents.iter().map(|e| u64::from(e.length)).sum();
+        core.size = 10240;
+    });
+    let said = repair_cycle(&image, "claimed by both");
+    assert!(
+        said.contains(&format!("inode {}: dropped extent", image.f2)),
+        "{said}"
+    );
+    assert_eq!(read_root_file(&image.path, b"f1", 10240), vec![7u8; 10240]);
+}
+
+// A block no structure owns (leaked) goes back to free space; a wrong AGF free count is set.
+#[test]
+fn leaked_block_and_bad_free_count() {
+    let image = populated();
+    let agf1 = agf(&image, 1);
+    let bno = ag_block(&image, 1, agf1.bno_root.0);
+    let cnt = ag_block(&image, 1, agf1.cnt_root.0);
+    // The first record of each (one-leaf) tree loses its last block.
+    for block in [bno, cnt] {
+        edit_block(&image, block, |raw| {
+            let length = u32::from_le_bytes(raw[76..80].try_into().unwrap());
+            raw[76..80].copy_from_slice(&(length - 1).to_le_bytes());
+        });
+    }
+    repair_cycle(&image, "belong to nothing");
+    let image = populated();
+    let at = ag_block(&image, 0, AG_AGF_BLOCK);
+    edit_block(&image, at, |raw| {
+        let mut agf = Agf::decode(raw).unwrap();
+        agf.free_blocks += 5;
+        agf.encode(raw);
+    });
+    repair_cycle(&image, "free_blocks is");
+}
+
+// A wrong link count is set to the entries naming the file.
+#[test]
+fn wrong_link_count() {
+    let image = populated();
+    edit_inode(&image, image.f1, |core, _| core.nlink = 5);
+    let said = repair_cycle(&image, "has link count 5, expected 1");
+    assert!(said.contains("link count 5 set to 1"), "{said}");
+}
+
+// A directory cut off from the root goes to /lost+found under its inode number.
+#[test]
+fn disconnected_directory() {
+    let image = populated();
+    edit_inode(&image, image.root, |core, fork| {
+        let mut sf = ShortformDir::decode(&fork[..core.size as usize]).unwrap();
+        sf.entries.retain(|e| e.name != b"a");
+        let bytes = sf.encode().unwrap();
+        fork[..bytes.len()].copy_from_slice(&bytes);
+        core.size = bytes.len() as u64;
+    });
+    let said = repair_cycle(&image, "not reachable from the root");
+    assert!(said.contains("moved to /lost+found"), "{said}");
+    let (_device, fs) = mount_file(&image.path);
+    let lost = fs.lookup(fs.root(), b"lost+found").unwrap();
+    assert_eq!(lost.mode & 0o7777, 0o700);
+    let a = fs
+        .lookup(lost.inode, image.a.to_string().as_bytes())
+        .unwrap();
+    assert_eq!(a.inode, image.a);
+    assert!(fs.lookup(a.inode, b"b").is_ok());
+    fs.unmount().unwrap();
+}
+
+// An entry naming a free inode is removed.
+#[test]
+fn dangling_entry() {
+    let image = populated();
+    edit_inode(&image, image.b, |core, fork| {
+        core.mode = 0;
+        core.nlink = 0;
+        core.size = 0;
+        core.data_format = cairn_format::inode::ForkFormat::Extents;
+        core.data_extent_count = 0;
+        fork.fill(0);
+    });
+    let said = repair_cycle(&image, "not in use");
+    assert!(said.contains("removed entry 'b'"), "{said}");
+    let (_device, fs) = mount_file(&image.path);
+    assert!(fs.lookup(image.a, b"b").is_err());
+    assert!(fs.lookup(image.a, b"f2").is_ok());
+    fs.unmount().unwrap();
+}
+
+// An extent past the end of the device is dropped from its file.
+#[test]
+fn extent_past_the_device() {
+    let image = populated();
+    let end = image.geometry.block_count;
+    edit_inode(&image, image.f1, |core, fork| {
+        let mut extents = fork_extents(fork, core.data_extent_count).unwrap();
+        extents[0].fs_block = FsBlock(end - 1);
+        put_fork_extents(&extents, fork).unwrap();
+    });
+    let said = repair_cycle(&image, "past the device");
+    assert!(said.contains("past the end of the device"), "{said}");
+}
+
+// A mounted (held) device is refused by -y with exit 8, and nothing is written.
+#[test]
+fn held_device_is_refused() {
+    let image = populated();
+    let holder = cairn::LockHolder::new(&image.path);
+    let before = std::fs::read(&image.path).unwrap();
+    let out = fsck(&["-y", image.path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(8), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("pid {}", holder.pid())),
+        "{}",
+        text(&out)
+    );
+    drop(holder);
+    assert_eq!(std::fs::read(&image.path).unwrap(), before);
+}
