@@ -41,19 +41,29 @@
 //! | type | name             | object id | body                                              |
 //! |------|------------------|-----------|---------------------------------------------------|
 //! | 1    | Buffer           | FsBlock   | count u32, block_bytes u32, regions, region bytes |
-//! | 2    | Inode            | inode     | the whole inode image                             |
+//! | 2    | Inode            | inode     | the inode image up to its last non-zero byte      |
 //! | 3    | ExtentFreeIntent | intent id | count u32, 4 zero, extents                        |
 //! | 4    | ExtentFreeDone   | intent id | same as ExtentFreeIntent                          |
 //! | 5    | CheckpointStart  | sequence  | empty                                             |
 //! | 6    | CheckpointCommit | sequence  | empty                                             |
+//! | 7    | InodeCreate      | FsBlock   | `InodeCreate` (24 bytes)                          |
+//!
+//! An Inode body may stop short of the inode size: the rest of the image is zero (replay
+//! zero-fills it), so an inode whose literal area is unused logs little more than its core.
+//! An InodeCreate item stands for a new inode cluster logged logically (XFS's icreate): the
+//! buffer of `block_bytes` at the block holds `block_bytes / inode_size` free inodes numbered
+//! from `first_inode`, all of `generation`. Replay writes those free inodes only where the home
+//! copy is not newer (see `docs/journal.md`).
 //!
 //! Buffer regions: `count` x (offset u32, length u32), sorted, disjoint, non-empty, inside
 //! `block_bytes`; then the regions' bytes concatenated in order. Extents: `count` x
-//! (FsBlock u64, length u32, 4 zero bytes).
+//! (FsBlock u64, length u32, 4 zero bytes). InodeCreate: first_inode u64 @0, block_bytes u32
+//! @8, inode_size u32 @12, generation u32 @16, 4 zero bytes @20.
 
 use crate::FormatError;
 use crate::limits::{
-    BLOCK_SIZE_MAX, EXTENT_LEN_MAX, FS_BLOCK_MAX, LOG_INTENT_EXTENTS_MAX, LOG_ITEM_REGIONS_MAX,
+    BLOCK_SIZE_MAX, EXTENT_LEN_MAX, FS_BLOCK_MAX, INODE_SIZE_MAX, INODE_SIZE_MIN,
+    LOG_INTENT_EXTENTS_MAX, LOG_ITEM_REGIONS_MAX,
 };
 use crate::ondisk::{
     OnDisk, bad_field, get_bytes, get_u16, get_u32, get_u64, need, put_bytes, put_u16, put_u32,
@@ -224,6 +234,68 @@ pub struct FreeExtent {
     pub length: u32,
 }
 
+/// The body of an InodeCreate item: a new inode cluster, logged as what it holds rather than
+/// as its bytes. Every inode in it is free, of `generation`, numbered consecutively from
+/// `first_inode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InodeCreate {
+    pub first_inode: u64,
+    /// Length of the cluster buffer (a multiple of `inode_size`).
+    pub block_bytes: u32,
+    pub inode_size: u32,
+    pub generation: u32,
+}
+
+impl InodeCreate {
+    /// Inodes in the cluster.
+    pub fn inode_count(&self) -> u32 {
+        self.block_bytes / self.inode_size
+    }
+}
+
+impl OnDisk for InodeCreate {
+    const SIZE: usize = 24;
+    const NAME: &'static str = "inode create item";
+
+    fn encode(&self, out: &mut [u8]) {
+        put_u64(out, 0, self.first_inode);
+        put_u32(out, 8, self.block_bytes);
+        put_u32(out, 12, self.inode_size);
+        put_u32(out, 16, self.generation);
+        put_u32(out, 20, 0);
+    }
+
+    fn decode(raw: &[u8]) -> Result<Self, FormatError> {
+        need(Self::NAME, raw, Self::SIZE)?;
+        let create = Self {
+            first_inode: get_u64(raw, 0),
+            block_bytes: get_u32(raw, 8),
+            inode_size: get_u32(raw, 12),
+            generation: get_u32(raw, 16),
+        };
+        let size = create.inode_size;
+        if !size.is_power_of_two() || !(INODE_SIZE_MIN..=INODE_SIZE_MAX).contains(&size) {
+            return Err(item_bad("inode_size", size.into(), "not an inode size"));
+        }
+        let bytes = create.block_bytes;
+        if bytes == 0 || bytes > BLOCK_SIZE_MAX || !bytes.is_multiple_of(size) {
+            let why = "not a block size holding whole inodes";
+            return Err(item_bad("block_bytes", bytes.into(), why));
+        }
+        if create
+            .first_inode
+            .checked_add(u64::from(create.inode_count()))
+            .is_none()
+        {
+            return Err(item_bad("first_inode", create.first_inode, "overflows"));
+        }
+        if get_u32(raw, 20) != 0 {
+            return Err(item_bad("reserved", get_u32(raw, 20).into(), "not zero"));
+        }
+        Ok(create)
+    }
+}
+
 /// A log item: the unit of change a checkpoint carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogItem {
@@ -235,7 +307,7 @@ pub enum LogItem {
         regions: Vec<(u32, u32)>,
         data: Vec<u8>,
     },
-    /// A whole inode image.
+    /// An inode image, possibly without its zero tail (replay zero-fills to the inode size).
     Inode {
         inode: u64,
         image: Vec<u8>,
@@ -254,6 +326,11 @@ pub enum LogItem {
     CheckpointCommit {
         sequence: u64,
     },
+    /// The buffer at `block` is a new inode cluster of free inodes (see `InodeCreate`).
+    InodeCreate {
+        block: FsBlock,
+        create: InodeCreate,
+    },
 }
 
 const TYPE_BUFFER: u16 = 1;
@@ -262,6 +339,7 @@ const TYPE_EXTENT_FREE_INTENT: u16 = 3;
 const TYPE_EXTENT_FREE_DONE: u16 = 4;
 const TYPE_CHECKPOINT_START: u16 = 5;
 const TYPE_CHECKPOINT_COMMIT: u16 = 6;
+const TYPE_INODE_CREATE: u16 = 7;
 const ITEM: &str = "log item";
 
 fn item_bad(field: &'static str, value: u64, why: &'static str) -> FormatError {
@@ -277,6 +355,7 @@ impl LogItem {
             Self::ExtentFreeDone { intent_id, .. } => (TYPE_EXTENT_FREE_DONE, *intent_id),
             Self::CheckpointStart { sequence } => (TYPE_CHECKPOINT_START, *sequence),
             Self::CheckpointCommit { sequence } => (TYPE_CHECKPOINT_COMMIT, *sequence),
+            Self::InodeCreate { block, .. } => (TYPE_INODE_CREATE, block.0),
         }
     }
 
@@ -309,6 +388,7 @@ impl LogItem {
                 body
             }
             Self::CheckpointStart { .. } | Self::CheckpointCommit { .. } => Vec::new(),
+            Self::InodeCreate { create, .. } => create.to_bytes(),
         }
     }
 
@@ -376,6 +456,19 @@ impl LogItem {
             }
             TYPE_CHECKPOINT_START => empty(Self::CheckpointStart { sequence: id }),
             TYPE_CHECKPOINT_COMMIT => empty(Self::CheckpointCommit { sequence: id }),
+            TYPE_INODE_CREATE => {
+                if body.len() != InodeCreate::SIZE {
+                    let why = "inode create body is not 24 bytes";
+                    return Err(item_bad("length", body.len() as u64, why));
+                }
+                if id > FS_BLOCK_MAX {
+                    return Err(item_bad("block", id, "past FS_BLOCK_MAX"));
+                }
+                Ok(Self::InodeCreate {
+                    block: FsBlock(id),
+                    create: InodeCreate::decode(body)?,
+                })
+            }
             _ => Err(item_bad("type", kind.into(), "unknown log item type")),
         }
     }
@@ -538,6 +631,15 @@ mod tests {
                 intent_id: 1,
                 extents: vec![],
             },
+            LogItem::InodeCreate {
+                block: FsBlock(4200),
+                create: InodeCreate {
+                    first_inode: 4160,
+                    block_bytes: 4096,
+                    inode_size: 512,
+                    generation: 0x9e37_79b9,
+                },
+            },
             LogItem::CheckpointCommit { sequence: 17 },
         ]
     }
@@ -603,6 +705,51 @@ mod tests {
         assert!(LogItem::decode(&raw).is_err());
     }
 
+    // Checks that inode create items with impossible shapes are refused.
+    #[test]
+    fn bad_inode_create_is_refused() {
+        let good = InodeCreate {
+            first_inode: 64,
+            block_bytes: 4096,
+            inode_size: 512,
+            generation: 1,
+        };
+        assert_eq!(good.inode_count(), 8);
+        let bad = [
+            InodeCreate {
+                inode_size: 300,
+                ..good
+            },
+            InodeCreate {
+                inode_size: 4096,
+                ..good
+            },
+            InodeCreate {
+                block_bytes: 4000,
+                ..good
+            },
+            InodeCreate {
+                block_bytes: 0,
+                ..good
+            },
+            InodeCreate {
+                first_inode: u64::MAX - 2,
+                ..good
+            },
+        ];
+        for create in bad {
+            let item = LogItem::InodeCreate {
+                block: FsBlock(9),
+                create,
+            };
+            assert!(item.encode(&mut Vec::new()).is_err(), "{create:?}");
+        }
+        let mut raw = good.to_bytes();
+        raw[20] = 1;
+        assert!(InodeCreate::decode(&raw).is_err());
+        assert!(InodeCreate::decode(&raw[..20]).is_err());
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(128))]
 
@@ -652,6 +799,22 @@ mod tests {
         }
 
         #[test]
+        fn inode_create_round_trip(
+            block in 0u64..=FS_BLOCK_MAX, first_inode in 0u64..1 << 60, generation: u32,
+            size_log in 8u32..=11, block_log in 9u32..=16,
+        ) {
+            let inode_size = 1u32 << size_log;
+            let block_bytes = (1u32 << block_log).max(inode_size);
+            let create = InodeCreate { first_inode, block_bytes, inode_size, generation };
+            prop_assert_eq!(InodeCreate::decode(&create.to_bytes()).unwrap(), create);
+            let item = LogItem::InodeCreate { block: FsBlock(block), create };
+            let mut raw = Vec::new();
+            item.encode(&mut raw).unwrap();
+            prop_assert_eq!(raw.len(), 16 + InodeCreate::SIZE);
+            prop_assert_eq!(decode_log_items(&raw, 1).unwrap(), vec![item]);
+        }
+
+        #[test]
         fn log_random_bytes_never_panic(
             raw in proptest::collection::vec(any::<u8>(), 0..1200), ops in 0u32..8,
         ) {
@@ -659,6 +822,7 @@ mod tests {
             let _ = decode_log_record(&raw);
             let _ = LogItem::decode(&raw);
             let _ = decode_log_items(&raw, ops);
+            let _ = InodeCreate::decode(&raw);
         }
     }
 }

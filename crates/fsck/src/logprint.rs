@@ -21,6 +21,7 @@ fn item_name(item: &LogItem) -> &'static str {
         LogItem::ExtentFreeDone { .. } => "free-done",
         LogItem::CheckpointStart { .. } => "checkpoint-start",
         LogItem::CheckpointCommit { .. } => "checkpoint-commit",
+        LogItem::InodeCreate { .. } => "inode-create",
     }
 }
 

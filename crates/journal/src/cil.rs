@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use cairn_bufcache::{BufGuard, ReadSpec};
 use cairn_format::InodeNumber;
-use cairn_format::log::FreeExtent;
+use cairn_format::log::{FreeExtent, InodeCreate};
 
 use crate::item::{BufferVector, IntentId, ItemKey, Vector, copy_regions, merge_regions};
 use crate::reservation::checkpoint_bytes_max;
@@ -46,6 +46,8 @@ pub(crate) struct BufferCommit<'a, 'g> {
     pub(crate) ranges: Vec<Range<usize>>,
     /// Freed and then created again inside the committing transaction.
     pub(crate) recreated: bool,
+    /// Created as a new inode cluster, logged by this item instead of its bytes.
+    pub(crate) create: Option<InodeCreate>,
 }
 
 /// The CIL; see the module documentation. Callers hold the journal's CIL lock.
@@ -99,6 +101,7 @@ impl Cil {
             spec: commit.spec,
             len_bytes: guard.len() as u32,
             cancel_first: false,
+            create: None,
             regions: Vec::new(),
             data: Vec::new(),
             pinned: Vec::new(),
@@ -109,8 +112,15 @@ impl Cil {
         }
         if stale {
             vector.cancel_first = true;
+            vector.create = None;
             vector.regions.clear();
         } else {
+            if commit.recreated {
+                vector.create = None;
+            }
+            if commit.create.is_some() {
+                vector.create = commit.create;
+            }
             let base: &[(u32, u32)] = if commit.recreated {
                 &[]
             } else {
@@ -164,6 +174,9 @@ impl Cil {
                 (ItemKey::Buffer(block), Vector::Buffer(buffer)) => {
                     assert_eq!(*block, buffer.key.block, "CIL buffer key");
                     assert!(!buffer.pinned.is_empty(), "CIL buffer not pinned");
+                    if let Some(create) = buffer.create {
+                        assert_eq!(create.block_bytes, buffer.len_bytes, "inode create size");
+                    }
                     check_regions(buffer);
                 }
                 (_, Vector::Inode { image }) => assert!(!image.is_empty(), "empty inode image"),

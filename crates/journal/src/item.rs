@@ -3,7 +3,8 @@
 use std::ops::Range;
 
 use cairn_bufcache::{BufHandle, BufKey, ReadSpec};
-use cairn_format::log::{FreeExtent, LogItem};
+use cairn_format::OnDisk;
+use cairn_format::log::{FreeExtent, InodeCreate, LogItem};
 use cairn_format::{FsBlock, InodeNumber};
 
 use crate::JournalError;
@@ -34,6 +35,9 @@ pub(crate) struct BufferVector {
     pub(crate) len_bytes: u32,
     /// The block was freed (in this context) before the regions below were logged.
     pub(crate) cancel_first: bool,
+    /// A new inode cluster logged logically: its free inodes are not in `regions` (an
+    /// ordered buffer, XFS's term: written home by the AIL, its content in this item).
+    pub(crate) create: Option<InodeCreate>,
     pub(crate) regions: Vec<(u32, u32)>,
     pub(crate) data: Vec<u8>,
     /// Every buffer this vector pinned (one per buffer object; a freed and reallocated block
@@ -48,6 +52,19 @@ pub(crate) enum Vector {
     Inode { image: Vec<u8> },
     Intent { extents: Vec<FreeExtent> },
     Done,
+}
+
+/// Encoded size of an inode create item.
+pub(crate) const INODE_CREATE_ITEM_BYTES: u64 = ITEM_HEADER_BYTES + InodeCreate::SIZE as u64;
+
+/// Bytes of an inode image worth logging: up to its last non-zero byte, rounded up to 8 (the
+/// rest is zero and replay zero-fills it).
+pub(crate) fn inode_used_bytes(image: &[u8]) -> usize {
+    let used = image
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |last| last + 1);
+    used.next_multiple_of(8).min(image.len())
 }
 
 /// Encoded size of a buffer item with `region_count` regions and `data_bytes` of data.
@@ -65,13 +82,19 @@ impl Vector {
                 } else {
                     0
                 };
+                let create = match buffer.create {
+                    Some(_) => INODE_CREATE_ITEM_BYTES,
+                    None => 0,
+                };
                 let body = match buffer.regions.is_empty() {
                     true => 0,
                     false => buffer_item_bytes(buffer.regions.len(), buffer.data.len()),
                 };
-                cancel + body
+                cancel + create + body
             }
-            Self::Inode { image } => (ITEM_HEADER_BYTES + image.len() as u64).next_multiple_of(8),
+            Self::Inode { image } => {
+                (ITEM_HEADER_BYTES + inode_used_bytes(image) as u64).next_multiple_of(8)
+            }
             Self::Intent { extents } => ITEM_HEADER_BYTES + 8 + 16 * extents.len() as u64,
             Self::Done => ITEM_HEADER_BYTES + 8,
         }
@@ -83,14 +106,20 @@ impl Vector {
             (Self::Buffer(buffer), _) => {
                 let block = buffer.key.block;
                 let block_bytes = buffer.len_bytes;
-                let mut items = Vec::with_capacity(2);
-                if buffer.cancel_first || buffer.regions.is_empty() {
+                let mut items = Vec::with_capacity(3);
+                let ordered = buffer.create.is_some();
+                if buffer.cancel_first || (buffer.regions.is_empty() && !ordered) {
                     items.push(LogItem::Buffer {
                         block,
                         block_bytes,
                         regions: Vec::new(),
                         data: Vec::new(),
                     });
+                }
+                // After the cancel (the block's earlier life) and before the regions (changes
+                // made to the new cluster): replay applies them in this order.
+                if let Some(create) = buffer.create {
+                    items.push(LogItem::InodeCreate { block, create });
                 }
                 if !buffer.regions.is_empty() {
                     items.push(LogItem::Buffer {
@@ -104,7 +133,7 @@ impl Vector {
             }
             (Self::Inode { image }, ItemKey::Inode(inode)) => vec![LogItem::Inode {
                 inode: inode.0,
-                image: image.clone(),
+                image: image[..inode_used_bytes(image)].to_vec(),
             }],
             (Self::Intent { extents }, ItemKey::Intent(id)) => vec![LogItem::ExtentFreeIntent {
                 intent_id: id.0,
@@ -184,5 +213,19 @@ mod tests {
             copy_regions(&[1, 2, 3, 4, 5], &[(0, 1), (3, 2)]),
             vec![1, 4, 5]
         );
+    }
+
+    // Checks the logged length of inode images: up to the last non-zero byte, rounded to 8.
+    #[test]
+    fn inode_images_lose_their_zero_tail() {
+        let mut image = vec![0u8; 512];
+        assert_eq!(inode_used_bytes(&image), 0);
+        image[0] = 1;
+        assert_eq!(inode_used_bytes(&image), 8);
+        image[176] = 1;
+        assert_eq!(inode_used_bytes(&image), 184);
+        image[511] = 1;
+        assert_eq!(inode_used_bytes(&image), 512);
+        assert_eq!(inode_used_bytes(&[1, 0, 1]), 3);
     }
 }

@@ -634,7 +634,7 @@ impl Inner {
         for (key, vector) in &context.items {
             match vector {
                 Vector::Buffer(buffer) => match buffer.pinned.last() {
-                    Some(handle) if !buffer.regions.is_empty() => {
+                    Some(handle) if !buffer.regions.is_empty() || buffer.create.is_some() => {
                         let item = AilItem::Buffer {
                             handle: handle.clone(),
                             spec: buffer.spec,

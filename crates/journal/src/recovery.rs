@@ -8,11 +8,13 @@ use std::collections::{BTreeMap, HashMap};
 use cairn_blockdev::{AlignedBuf, BlockDevice};
 use cairn_format::header::HEADER_SIZE;
 use cairn_format::log::{
-    FreeExtent, LOG_FLAG_UNMOUNT, LogItem, LogRecordHeader, decode_log_items, decode_log_record,
+    FreeExtent, InodeCreate, LOG_FLAG_UNMOUNT, LogItem, LogRecordHeader, decode_log_items,
+    decode_log_record,
 };
 use cairn_format::{FsBlock, Geometry, InodeNumber, Lsn, MetaHeader, MetaKind, OnDisk};
 
 use crate::JournalError;
+use crate::inode_ops::{create_fits, write_free_inode};
 use crate::item::IntentId;
 use crate::writer::{Layout, Position};
 
@@ -305,6 +307,7 @@ fn clear_orphans(
 struct Replay<'d> {
     device: &'d dyn BlockDevice,
     geometry: &'d Geometry,
+    uuid: [u8; 16],
     blocks: BTreeMap<u64, Vec<u8>>,
     /// Home LSNs of the blocks the current checkpoint touched, as they were before it.
     before: HashMap<u64, HomeLsns>,
@@ -322,10 +325,11 @@ fn home_lsn(raw: &[u8]) -> Lsn {
 }
 
 impl<'d> Replay<'d> {
-    fn new(device: &'d dyn BlockDevice, _layout: &Layout, geometry: &'d Geometry) -> Self {
+    fn new(device: &'d dyn BlockDevice, layout: &Layout, geometry: &'d Geometry) -> Self {
         Self {
             device,
             geometry,
+            uuid: layout.uuid,
             blocks: BTreeMap::new(),
             before: HashMap::new(),
         }
@@ -439,6 +443,10 @@ impl<'d> Replay<'d> {
                 data,
             } => self.apply_buffer(*block, *block_bytes, regions, data, lsn)?,
             LogItem::Inode { inode, image } => self.apply_inode(InodeNumber(*inode), image, lsn)?,
+            LogItem::InodeCreate { block, .. } if cancelled(*block) => false,
+            LogItem::InodeCreate { block, create } => {
+                self.apply_inode_create(*block, create, lsn)?
+            }
             LogItem::ExtentFreeIntent { intent_id, extents } => {
                 pending.insert(*intent_id, extents.clone());
                 true
@@ -512,8 +520,8 @@ impl<'d> Replay<'d> {
             what: format!("inode {inode}"),
             why,
         };
-        if image.len() != size {
-            return Err(bad("image size differs from the inode size"));
+        if image.len() > size {
+            return Err(bad("image larger than the inode size"));
         }
         let (block, offset) = self
             .geometry
@@ -530,9 +538,49 @@ impl<'d> Replay<'d> {
         }
         let raw = self.block(block.0, block_size)?;
         let slot = &mut raw[offset..offset + size];
-        slot.copy_from_slice(image);
+        // Logged without its zero tail: the rest of the image is zero.
+        let (used, tail) = slot.split_at_mut(image.len());
+        used.copy_from_slice(image);
+        tail.fill(0);
         cairn_format::stamp(slot, Some(lsn));
         Ok(true)
+    }
+
+    /// Re-creates the free inodes of a new cluster (an inode create item), each only where
+    /// the home copy from before this checkpoint is not as new: an inode the AIL wrote home
+    /// from a later inode item keeps its image (its own LSN says so), and a block rewritten
+    /// as something else since is left alone. Inodes changed after the create are replayed
+    /// later from their own items.
+    fn apply_inode_create(
+        &mut self,
+        block: FsBlock,
+        create: &InodeCreate,
+        lsn: Lsn,
+    ) -> Result<bool, JournalError> {
+        if !create_fits(self.geometry, block, create) {
+            return Err(JournalError::BadItem {
+                what: format!("inode create at block {}", block.0),
+                why: "inode numbers or size do not match the geometry",
+            });
+        }
+        let bytes = create.block_bytes as usize;
+        let before = self.before(block.0, bytes)?;
+        if !before.inodes && before.whole >= lsn {
+            return Ok(false);
+        }
+        let uuid = self.uuid;
+        let raw = self.block(block.0, bytes)?;
+        let mut changed = false;
+        for (slot, inode) in raw.chunks_exact_mut(create.inode_size as usize).enumerate() {
+            let home = before.slots.get(slot).copied().unwrap_or(Lsn::ZERO);
+            if before.inodes && home >= lsn {
+                continue;
+            }
+            let number = create.first_inode + slot as u64;
+            write_free_inode(inode, number, uuid, create.generation, lsn);
+            changed = true;
+        }
+        Ok(changed)
     }
 }
 

@@ -4,9 +4,9 @@
 use std::sync::atomic::Ordering;
 
 use cairn_bufcache::{BufGuard, BufKey, ReadSpec};
-use cairn_format::InodeNumber;
 use cairn_format::limits::LOG_INTENT_EXTENTS_MAX;
-use cairn_format::log::FreeExtent;
+use cairn_format::log::{FreeExtent, InodeCreate};
+use cairn_format::{InodeNumber, Lsn};
 
 use crate::JournalError;
 use crate::cil::BufferCommit;
@@ -23,6 +23,8 @@ struct Joined<'j> {
     spec: ReadSpec,
     /// Freed earlier in this transaction, then created again.
     recreated: bool,
+    /// Created as a new inode cluster: logged as this item, not as its bytes.
+    create: Option<InodeCreate>,
 }
 
 /// One transaction; see the module documentation. Dropping it unfinished is a cancel.
@@ -85,6 +87,7 @@ impl<'j> Transaction<'j> {
                     guard,
                     spec: *spec,
                     recreated: false,
+                    create: None,
                 });
                 self.joined.len() - 1
             }
@@ -117,14 +120,59 @@ impl<'j> Transaction<'j> {
                     guard,
                     spec: *spec,
                     recreated: false,
+                    create: None,
                 });
                 self.joined.len() - 1
             }
         };
         let joined = &mut self.joined[index];
         joined.spec = *spec;
+        joined.create = None;
         let len = joined.guard.len();
         joined.guard.mark_dirty(0..len)?;
+        Ok(&mut joined.guard)
+    }
+
+    /// A new inode cluster at `key`: every inode in it free, of `generation`, numbered from
+    /// `first_inode` (which must be the cluster's first inode). Joined like `get_new_buf`, but
+    /// logged as one inode create item of a few dozen bytes instead of the whole buffer
+    /// (XFS's icreate); later writes to the guard are logged as usual. The AIL writes the
+    /// buffer home like any other, and replay re-creates only inodes not newer at home.
+    pub fn get_new_inode_cluster(
+        &mut self,
+        key: BufKey,
+        spec: &ReadSpec,
+        first_inode: InodeNumber,
+        generation: u32,
+    ) -> Result<&mut BufGuard<'j>, JournalError> {
+        let inner = &self.journal.inner;
+        let geometry = &inner.geometry;
+        let create = InodeCreate {
+            first_inode: first_inode.0,
+            block_bytes: key.block_count * geometry.block_size,
+            inode_size: geometry.inode_size,
+            generation,
+        };
+        if !crate::inode_ops::create_fits(geometry, key.block, &create) {
+            let why = "not the first inode of this inode cluster";
+            return Err(JournalError::BadInode {
+                inode: first_inode.0,
+                why,
+            });
+        }
+        self.get_new_buf(key, spec)?;
+        let index = self.position(key)?.ok_or(JournalError::NotJoined { key })?;
+        let joined = &mut self.joined[index];
+        let size = create.inode_size as usize;
+        let len = joined.guard.len();
+        let bytes = joined.guard.bytes_mut(0..len)?;
+        for (slot, raw) in bytes.chunks_exact_mut(size).enumerate() {
+            let number = create.first_inode + slot as u64;
+            crate::inode_ops::write_free_inode(raw, number, spec.uuid, generation, Lsn::ZERO);
+        }
+        // The item stands for these bytes; only later changes are logged as regions.
+        joined.guard.take_dirty_ranges();
+        joined.create = Some(create);
         Ok(&mut joined.guard)
     }
 
@@ -169,10 +217,12 @@ impl<'j> Transaction<'j> {
     }
 
     fn is_dirty(&self) -> bool {
-        let buffers = self
-            .joined
-            .iter()
-            .any(|j| !j.guard.dirty_ranges().is_empty() || j.guard.is_stale() || j.recreated);
+        let buffers = self.joined.iter().any(|j| {
+            !j.guard.dirty_ranges().is_empty()
+                || j.guard.is_stale()
+                || j.recreated
+                || j.create.is_some()
+        });
         buffers || !self.inodes.is_empty() || !self.intents.is_empty() || !self.dones.is_empty()
     }
 
@@ -244,7 +294,8 @@ impl<'j> Transaction<'j> {
         let (mut logged, mut relogged) = (0u64, 0u64);
         for joined in &mut self.joined {
             let ranges = joined.guard.take_dirty_ranges();
-            if ranges.is_empty() && !joined.guard.is_stale() && !joined.recreated {
+            let changed = joined.guard.is_stale() || joined.recreated || joined.create.is_some();
+            if ranges.is_empty() && !changed {
                 continue;
             }
             let commit = BufferCommit {
@@ -252,6 +303,7 @@ impl<'j> Transaction<'j> {
                 spec: joined.spec,
                 ranges,
                 recreated: joined.recreated,
+                create: joined.create,
             };
             logged += 1;
             relogged += u64::from(cil.insert_buffer(commit));
