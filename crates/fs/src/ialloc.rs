@@ -5,9 +5,8 @@ use cairn_alloc::Request;
 use cairn_btree::{Btree, InoCodec, TreeCodec, TreeSpec};
 use cairn_bufcache::{BufKey, HeaderOps, ReadSpec};
 use cairn_format::btree_block::{InoKey, InodeRecord};
-use cairn_format::inode::free_inode_core;
 use cairn_format::limits::{AG_AGI_BLOCK, INODES_PER_CHUNK};
-use cairn_format::{AgBlock, AgNumber, Agi, FsBlock, Lsn, MetaHeader, MetaKind, OnDisk, stamp};
+use cairn_format::{AgBlock, AgNumber, Agi, FsBlock, MetaKind, OnDisk};
 
 use crate::FsError;
 use crate::fs::Filesystem;
@@ -201,25 +200,17 @@ fn new_chunk(
     }))
 }
 
-/// Writes free inode cores into every slot of the chunk at AG block `start`, logged whole.
+/// Creates the chunk at AG block `start`: each cluster block holds free inodes of one new
+/// generation, logged as an inode create item per block rather than the blocks' bytes.
 fn init_chunk(fs: &Filesystem, tx: &mut Tx<'_>, ag: u32, start: u32) -> Result<(), FsError> {
     let geometry = &fs.geometry;
-    let inode_size = geometry.inode_size as usize;
+    let generation = fs.next_generation();
     for block_index in 0..geometry.chunk_blocks() {
-        let block = geometry.fs_block(AgNumber(ag), AgBlock(start + block_index));
-        let guard = tx
-            .tx
-            .get_new_buf(BufKey::single(block.0), &fs.cluster_spec)?;
-        for slot in 0..geometry.inodes_per_block() {
-            let number = geometry
-                .inode_number(AgNumber(ag), AgBlock(start + block_index), slot)
-                .0;
-            let header = MetaHeader::new(MetaKind::Inode, number, fs.uuid, number);
-            let mut raw = vec![0u8; inode_size];
-            free_inode_core(header, fs.next_generation()).encode(&mut raw);
-            stamp(&mut raw, Some(Lsn::ZERO));
-            guard.write(slot as usize * inode_size, &raw)?;
-        }
+        let block = AgBlock(start + block_index);
+        let first = geometry.inode_number(AgNumber(ag), block, 0);
+        let key = BufKey::single(geometry.fs_block(AgNumber(ag), block).0);
+        tx.tx
+            .get_new_inode_cluster(key, &fs.cluster_spec, first, generation)?;
     }
     Ok(())
 }
