@@ -379,3 +379,43 @@ fn held_device_is_refused() {
     drop(holder);
     assert_eq!(std::fs::read(&image.path).unwrap(), before);
 }
+
+// A dirty log is replayed by -y (through cairn-fs): the fsynced file survives.
+#[test]
+fn dirty_log_is_replayed() {
+    let image = populated();
+    let (device, fs) = mount_file(&image.path);
+    let who = Credentials::root();
+    let file = fs
+        .create(fs.root(), b"new", FileKind::Regular, 0o644, 0, &who)
+        .unwrap();
+    fs.write(file.inode, 0, b"kept").unwrap();
+    fs.fsync(file.inode, false).unwrap();
+    std::fs::write(&image.path, device.durable_image()).unwrap();
+    drop(fs);
+    let said = repair_cycle(&image, "never replayed");
+    assert!(said.contains("log: replayed"), "{said}");
+    assert_eq!(read_root_file(&image.path, b"new", 4), b"kept");
+}
+
+// -p repairs what loses nothing (a link count) but leaves a dangling entry (exit 4).
+#[test]
+fn preen_repairs_only_what_is_safe() {
+    let image = populated();
+    edit_inode(&image, image.f1, |core, _| core.nlink = 5);
+    let path = image.path.to_str().unwrap();
+    let out = fsck(&["-p", path]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(fsck(&["-n", path]).status.code(), Some(0));
+    edit_inode(&image, image.b, |core, fork| {
+        core.mode = 0;
+        core.nlink = 0;
+        core.size = 0;
+        core.data_format = cairn_format::inode::ForkFormat::Extents;
+        core.data_extent_count = 0;
+        fork.fill(0);
+    });
+    let out = fsck(&["-p", path]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(text(&out).contains("run with -y"), "{}", text(&out));
+}
