@@ -1,42 +1,21 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! The fast subset (runs in CI): sampled crash exploration, faults, fuzzing and one fill
-//! round. Violations matching an open issue of docs/reliability.md are counted and printed;
-//! any other violation fails. `CAIRN_CRASH_OPEN=1` makes every violation fail.
+//! round. Any violation fails (docs/reliability.md lists none open).
 
-use cairn_crashtest::Violation;
 use cairn_crashtest::explore::ExploreConfig;
 use cairn_crashtest::suite::{self, Tally};
 use cairn_crashtest::workload;
 
-/// Signatures of the open violations listed in docs/reliability.md.
-const OPEN_SIGNATURES: [&str; 1] = [
-    // Open item 4: an extending truncate then a crash before its fsync completes.
-    "match no version",
-];
-
-fn is_open(violation: &Violation) -> bool {
-    violation
-        .problems
-        .iter()
-        .all(|problem| OPEN_SIGNATURES.iter().any(|known| problem.contains(known)))
-}
-
 fn judge(what: &str, tally: &Tally) {
     eprintln!("{what}: {}", tally.summary());
-    let strict = std::env::var_os("CAIRN_CRASH_OPEN").is_some();
-    let new: Vec<&Violation> = tally
-        .violations
-        .iter()
-        .filter(|violation| strict || !is_open(violation))
-        .collect();
     for violation in tally.violations.iter().take(3) {
         eprintln!("  {violation}");
     }
     assert!(
-        new.is_empty(),
-        "{what}: {} new violations, first: {}",
-        new.len(),
-        new[0]
+        tally.violations.is_empty(),
+        "{what}: {} violations, first: {}",
+        tally.violations.len(),
+        tally.violations[0]
     );
 }
 

@@ -1,25 +1,21 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! Minimal reproductions of violations the explorer found in other crates. Open ones run only
-//! with `CAIRN_CRASH_OPEN=1` (they fail until fixed) and are listed in docs/reliability.md.
+//! Minimal reproductions of violations the explorer found (docs/reliability.md, "Result").
 
 use std::sync::Arc;
 
 use cairn_blockdev::MemDevice;
+use cairn_crashtest::explore::ExploreConfig;
 use cairn_crashtest::image::{self, SECTOR_BYTES};
-use cairn_fs::Credentials;
-
-fn open_enabled() -> bool {
-    std::env::var_os("CAIRN_CRASH_OPEN").is_some()
-}
+use cairn_crashtest::op::Op;
+use cairn_crashtest::suite;
+use cairn_crashtest::workload::Workload;
+use cairn_fs::{Credentials, FallocateMode, FileKind, Filesystem, SetAttr};
 
 // Creates two directories, syncs, crashes (durable image) and checks recovery finds both
-// inodes allocated and fsck clean. Open: the second directory's inode (a new chunk in another
-// AG) reads back free.
+// inodes allocated and fsck clean. The second directory's inode (a new chunk in another AG)
+// used to read back free (docs/reliability.md item 1).
 #[test]
 fn regression_sync_then_crash_keeps_new_directories() {
-    if !open_enabled() {
-        return;
-    }
     let device = Arc::new(image::formatted_device(image::CRASH_DEVICE_BYTES).unwrap());
     let fs = image::mount(&device).unwrap();
     let who = Credentials::root();
@@ -51,4 +47,101 @@ fn regression_mkfs_default_log_mountable() {
     fs.mkdir(fs.root(), b"A", 0o755, &Credentials::root())
         .unwrap();
     fs.unmount().unwrap();
+}
+
+fn truncate(path: &str, size: u64) -> Op {
+    Op::Truncate {
+        path: path.into(),
+        size,
+    }
+}
+
+// Shrinks `foo` (16 KiB) to 5000 bytes, then grows or writes past the end, with every crash
+// point and subset explored: each state must show a version of foo. The tail of the end block
+// used to be zeroed on disk before the size change committed, so a crash showed the old size
+// with zeros at 5000..5120 ("match no version", docs/reliability.md item 4).
+#[test]
+fn regression_shrink_truncate_crash_shows_a_version() {
+    let sequences = [
+        vec![truncate("foo", 5000), Op::Fsync("foo".into())],
+        vec![truncate("foo", 5000), truncate("foo", 30000), Op::Sync],
+        vec![
+            truncate("foo", 5000),
+            Op::Write {
+                path: "foo".into(),
+                offset: 9000,
+                len: 100,
+                id: 77,
+            },
+            Op::Fdatasync("foo".into()),
+        ],
+    ];
+    let workloads: Vec<Workload> = sequences
+        .into_iter()
+        .enumerate()
+        .map(|(index, ops)| Workload {
+            name: format!("shrink then grow {index}"),
+            ops,
+        })
+        .collect();
+    let config = ExploreConfig {
+        random_per_flush: 4,
+        seed: 3,
+        extra_points_max: None,
+    };
+    let tally = suite::crash_run(&workloads, &config).unwrap();
+    assert!(tally.crash_states > 0);
+    let first = tally.violations.first().map(ToString::to_string);
+    assert!(tally.violations.is_empty(), "{}", first.unwrap_or_default());
+}
+
+fn read_zeros(fs: &Filesystem, inode: u64, from: u64, to: u64) -> bool {
+    let bytes = fs.read(inode, from, (to - from) as u32).unwrap();
+    bytes.len() as u64 == to - from && bytes.iter().all(|&byte| byte == 0)
+}
+
+// A shrink leaves the old bytes past the new end on disk; every way of growing the file again
+// (truncate up, a write past the end, fallocate without keep-size), live and after a crash
+// that kept the shrink, must read zeros there.
+#[test]
+fn regression_grow_after_shrink_reads_zeros() {
+    let device = Arc::new(image::formatted_device(image::CRASH_DEVICE_BYTES).unwrap());
+    let fs = image::mount(&device).unwrap();
+    let who = Credentials::root();
+    let file = fs
+        .create(fs.root(), b"f", FileKind::Regular, 0o644, 0, &who)
+        .unwrap()
+        .inode;
+    let resize = |fs: &Filesystem, size: u64| {
+        let changes = SetAttr {
+            size: Some(size),
+            ..SetAttr::default()
+        };
+        fs.setattr(file, &changes, &who).unwrap();
+    };
+    fs.write(file, 0, &[0xa5; 16384]).unwrap();
+    resize(&fs, 5000);
+    resize(&fs, 12000);
+    assert!(read_zeros(&fs, file, 5000, 12000));
+    fs.write(file, 0, &[0xa5; 16384]).unwrap();
+    resize(&fs, 5000);
+    fs.write(file, 9000, &[1; 100]).unwrap();
+    assert!(read_zeros(&fs, file, 5000, 9000));
+    fs.write(file, 0, &[0xa5; 16384]).unwrap();
+    resize(&fs, 5000);
+    let grow = FallocateMode::Allocate { keep_size: false };
+    fs.fallocate(file, 6000, 4000, grow).unwrap();
+    assert!(read_zeros(&fs, file, 5000, 10000));
+    fs.write(file, 0, &[0xa5; 16384]).unwrap();
+    resize(&fs, 5000);
+    fs.sync().unwrap();
+    let crashed = Arc::new(MemDevice::from_image(device.durable_image(), SECTOR_BYTES).unwrap());
+    drop(fs);
+    let fs = image::mount(&crashed).unwrap();
+    assert_eq!(fs.getattr(file).unwrap().size, 5000);
+    let zero = FallocateMode::ZeroRange { keep_size: false };
+    fs.fallocate(file, 7000, 1000, zero).unwrap();
+    assert!(read_zeros(&fs, file, 5000, 8000));
+    fs.unmount().unwrap();
+    image::fsck(crashed.as_ref()).unwrap();
 }

@@ -107,6 +107,13 @@ impl Filesystem {
             return Ok(0);
         }
         Self::count(&self.counters.writes, 1);
+        {
+            let mut meta = handle.data.lock();
+            let old_size = meta.core.size;
+            if offset > old_size {
+                self.clear_past_eof(inode, &mut meta, old_size, offset)?;
+            }
+        }
         let block_size = u64::from(self.geometry.block_size);
         let (first, last) = (offset / block_size, end.div_ceil(block_size));
         let plan = self.plan_write(inode, &handle.data.lock(), first, last, end)?;
@@ -253,17 +260,21 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Changes the size: frees blocks past the new end and zeroes the tail of the last one.
+    /// Changes the size. A shrink commits the new size first and then frees the blocks past
+    /// it, leaving the old bytes past the new end in the end-of-file block: a crash at any
+    /// point shows either the old file or the new one (zeroing that tail before the size
+    /// commits showed zeros inside the old size). A growth clears what lies past the old end
+    /// first (`clear_past_eof`), so no stale byte ever comes back into the file.
     pub(crate) fn truncate(&self, inode: u64, size: u64) -> Result<(), FsError> {
         let handle = self.live_inode(inode)?;
         let _io = handle.io.write();
         let mut meta = handle.data.lock();
         check_data_file(&meta)?;
         let block_size = u64::from(self.geometry.block_size);
-        if size < meta.core.size && !size.is_multiple_of(block_size) {
-            self.zero_tail(inode, &meta, size)?;
+        if size > meta.core.size {
+            let old_size = meta.core.size;
+            self.clear_past_eof(inode, &mut meta, old_size, size)?;
         }
-        crate::unlinked::truncate_blocks(self, inode, &mut meta, size.div_ceil(block_size))?;
         let mut tx = self.begin(self.write_reservation())?;
         let now = now();
         meta.core.size = size;
@@ -271,22 +282,47 @@ impl Filesystem {
         meta.core.ctime = now;
         Self::log_inode(&mut tx, inode, &mut meta);
         Self::commit(tx, &mut [&mut meta])?;
-        Ok(())
+        crate::unlinked::truncate_blocks(self, inode, &mut meta, size.div_ceil(block_size))
     }
 
-    /// Zeroes the bytes of the block holding `size` from `size` on (if written on disk).
-    fn zero_tail(&self, inode: u64, meta: &InodeData, size: u64) -> Result<(), FsError> {
+    /// Before the size grows from `old_size` to `new_size`: zeroes on disk the bytes past
+    /// `old_size` in its block and marks written blocks of the rest of the range unwritten,
+    /// so bytes a shrink left past the end (or a crash left mapped) read as zeros. Both
+    /// happen before the size change commits, and the journal flushes the device before any
+    /// commit record, so a crash never shows the larger size over stale bytes (XFS's rule).
+    pub(crate) fn clear_past_eof(
+        &self,
+        inode: u64,
+        meta: &mut InodeData,
+        old_size: u64,
+        new_size: u64,
+    ) -> Result<(), FsError> {
         let block_size = u64::from(self.geometry.block_size);
         let map = FileMap::read(self, inode, meta)?;
-        let block = size / block_size;
-        if let Mapping::Mapped(extent) = map.lookup(block)
+        let eof_block = old_size / block_size;
+        if !old_size.is_multiple_of(block_size)
+            && let Mapping::Mapped(extent) = map.lookup(eof_block)
             && !extent.unwritten
         {
-            let physical = extent.fs_block.0 + (block - extent.file_block);
+            let physical = extent.fs_block.0 + (eof_block - extent.file_block);
             let mut buf = AlignedBuf::zeroed(block_size as usize);
             self.device.read_at(physical * block_size, &mut buf)?;
-            buf[(size % block_size) as usize..].fill(0);
+            buf[(old_size % block_size) as usize..].fill(0);
             self.device.write_at(physical * block_size, &buf)?;
+        }
+        let (first, last) = (old_size.div_ceil(block_size), new_size.div_ceil(block_size));
+        let stale = map
+            .extents()
+            .iter()
+            .any(|e| !e.unwritten && e.file_block < last && e.file_end() > first);
+        if stale {
+            let mut tx = self.begin(self.write_reservation())?;
+            let mut map = FileMap::load(self, &mut tx, inode, meta)?;
+            map.mark_unwritten(first, last);
+            let stored = map.store(self, &mut tx, meta);
+            Self::log_inode(&mut tx, inode, meta);
+            Self::commit(tx, &mut [meta])?;
+            stored?;
         }
         Ok(())
     }

@@ -58,6 +58,11 @@ impl Filesystem {
             }
         };
         let mut meta = handle.data.lock();
+        let old_size = meta.core.size;
+        if !keep_size && end > old_size {
+            // Stale bytes past the old end must not come back with the new size.
+            self.clear_past_eof(inode, &mut meta, old_size, end)?;
+        }
         let mut tx = self.begin(Reservation::for_items(&self.geometry, 0, 0, 1, 0))?;
         if !keep_size {
             meta.core.size = meta.core.size.max(end);
