@@ -17,6 +17,7 @@ use crate::BufCacheError;
 use crate::buffer::{BufKey, Buffer, DEAD, DELWRI_Q, DIRTY, ON_LRU, STALE, holds};
 use crate::config::{AgMap, BUFFER_BYTES_MAX, CacheConfig};
 use crate::guard::BufGuard;
+use crate::lookaside::{Fill, Lookaside};
 use crate::ops::{LRU_REF_MAX, ReadSpec};
 use crate::shard::{AgShard, Index};
 use crate::stats::{Counter, Stats, StatsSnapshot};
@@ -57,11 +58,20 @@ pub struct BufferCache {
     pub(crate) device: Arc<dyn BlockDevice>,
     device_blocks: u64,
     pub(crate) shards: Box<[CachePadded<AgShard>]>,
+    pub(crate) lookaside: Lookaside,
     pub(crate) lru: CachePadded<Mutex<VecDeque<Arc<Buffer>>>>,
     pub(crate) reclaim_lock: Mutex<()>,
     pub(crate) delwri: Mutex<Vec<Arc<Buffer>>>,
     pub(crate) memory_bytes: CachePadded<AtomicU64>,
     pub(crate) stats: Stats,
+}
+
+impl Drop for BufferCache {
+    /// Releases the buffers this thread's lookaside slots own for this cache; other threads
+    /// drop theirs when they next make a table (`lookaside.rs`).
+    fn drop(&mut self) {
+        self.lookaside.forget_this_thread();
+    }
 }
 
 impl fmt::Debug for BufferCache {
@@ -79,14 +89,16 @@ impl BufferCache {
     pub fn new(config: CacheConfig, device: Arc<dyn BlockDevice>) -> Result<Self, BufCacheError> {
         config.validate(device.size_bytes(), device.logical_sector_size())?;
         let shards = (0..config.ag_count)
-            .map(|_| CachePadded::new(AgShard::new(config.lookaside_slots)))
+            .map(|_| CachePadded::new(AgShard::new()))
             .collect();
+        let lookaside = Lookaside::new(config.lookaside_slots, config.ag_count as usize);
         Ok(Self {
             config,
             ag_map: AgMap::new(config.ag_blocks),
             device_blocks: device.size_bytes() / u64::from(config.block_size),
             device,
             shards,
+            lookaside,
             lru: CachePadded::new(Mutex::new(VecDeque::new())),
             reclaim_lock: Mutex::new(()),
             delwri: Mutex::new(Vec::new()),
@@ -137,18 +149,22 @@ impl BufferCache {
 
     /// Whether a live buffer for `key` is cached, found the way `get` finds it (lookaside, then
     /// index) but without taking a hold, locking, reading or counting anything: the lookup
-    /// step alone (XFS's `xfs_buf_incore`). The answer can be out of date at once.
+    /// step alone (XFS's `xfs_buf_incore`). The answer can be out of date at once. (It may
+    /// drop stale or dead buffers from this thread's lookaside slots, and counts that.)
     pub fn is_cached(&self, key: BufKey) -> bool {
         let Ok((ag, ag_block)) = self.locate(key) else {
             return false;
         };
         let shard = &self.shards[ag];
-        let live = |buffer: &Arc<Buffer>| buffer.load_state() & (STALE | DEAD) == 0;
-        let index = shard.index.read();
-        if let Some(buffer) = index.lookaside_find(key, ag_block) {
-            return live(buffer);
+        let generation = shard.generation();
+        if self
+            .lookaside
+            .peek(ag, ag_block, key, generation, &self.stats)
+        {
+            return true;
         }
-        index.get(&key).is_some_and(live)
+        let live = |buffer: &Arc<Buffer>| buffer.load_state() & (STALE | DEAD) == 0;
+        shard.index.read().get(&key).is_some_and(live)
     }
 
     fn lookup(
@@ -166,7 +182,7 @@ impl BufferCache {
         let mut fast_path = true;
         loop {
             let cached = if fast_path {
-                self.find_cached(shard, key, ag_block)
+                self.find_cached(shard, ag, key, ag_block)
             } else {
                 None
             };
@@ -174,7 +190,10 @@ impl BufferCache {
             let (buffer, source) = match cached {
                 Some(found) => found,
                 None => match self.find_or_insert(shard, ag, key, ag_block, spec)? {
-                    Found::Cached(buffer) => (buffer, Source::Index),
+                    Found::Cached(buffer) => {
+                        self.offer_slot(ag, ag_block, &buffer, Fill::IndexHit);
+                        (buffer, Source::Index)
+                    }
                     Found::Inserted(guard) => return self.fill_inserted(guard, spec, mode),
                 },
             };
@@ -217,43 +236,44 @@ impl BufferCache {
         true
     }
 
-    /// Under the read lock, the lookaside slot, then the index; an index hit may then take the
-    /// slot (write lock, rarely). Returns a held buffer.
+    /// This thread's lookaside slot (no lock), then the index under the read lock; an index
+    /// hit may then take the slot. Returns a held buffer.
     #[inline]
     fn find_cached(
         &self,
         shard: &AgShard,
+        ag: usize,
         key: BufKey,
         ag_block: u32,
     ) -> Option<(Arc<Buffer>, Source)> {
-        let index = shard.index.read();
-        if let Some(buffer) = index.lookaside_find(key, ag_block)
-            && self.hold_live(buffer)
+        let generation = shard.generation();
+        let hold = |buffer: &Arc<Buffer>| self.hold_live(buffer);
+        if let Some(buffer) = self
+            .lookaside
+            .hit(ag, ag_block, key, generation, &self.stats, hold)
         {
-            shard.lookaside_hit(ag_block);
-            return Some((Arc::clone(buffer), Source::Lookaside));
+            return Some((buffer, Source::Lookaside));
         }
-        let buffer = index.get(&key)?;
-        // A stale entry is replaced by the write-locked path.
-        if !self.hold_live(buffer) {
-            return None;
-        }
-        let buffer = Arc::clone(buffer);
-        let wants_slot = shard.lookaside_wants(&index, &buffer, ag_block);
-        drop(index);
-        if wants_slot {
-            // Rare (empty or stale slot, or rivals' pressure), so the write lock is affordable.
-            // The buffer may have left the index meanwhile: fill only if it is still there.
-            let mut index = shard.index.write();
-            let present = index.get(&key).is_some_and(|b| Arc::ptr_eq(b, &buffer));
-            if present
-                && buffer.load_state() & (STALE | DEAD) == 0
-                && shard.lookaside_fill(&mut index, &buffer, ag_block)
-            {
-                self.stats.bump(Counter::LookasideInserts);
+        let buffer = {
+            let index = shard.index.read();
+            let buffer = index.get(&key)?;
+            // A stale entry is replaced by the write-locked path.
+            if !self.hold_live(buffer) {
+                return None;
             }
-        }
+            Arc::clone(buffer)
+        };
+        self.offer_slot(ag, ag_block, &buffer, Fill::IndexHit);
         Some((buffer, Source::Index))
+    }
+
+    /// Offers a held buffer to this thread's slot. It may turn stale or dead at any time
+    /// after; a slot hit checks that again, so that is harmless.
+    #[inline]
+    fn offer_slot(&self, ag: usize, ag_block: u32, buffer: &Arc<Buffer>, fill: Fill) {
+        let generation = self.shards[ag].generation();
+        self.lookaside
+            .offer(ag, ag_block, buffer, fill, generation, &self.stats);
     }
 
     /// Under the write lock: drops stale buffers at `key.block`, refuses a live buffer of
@@ -283,11 +303,6 @@ impl BufferCache {
             } else if buffer.key == key {
                 // Live and in the index, and both change only under this write lock.
                 buffer.hold();
-                if shard.lookaside_wants(&index, &buffer, ag_block)
-                    && shard.lookaside_fill(&mut index, &buffer, ag_block)
-                {
-                    self.stats.bump(Counter::LookasideInserts);
-                }
                 return Ok(Found::Cached(buffer));
             } else {
                 return Err(BufCacheError::LengthMismatch {
@@ -306,14 +321,14 @@ impl BufferCache {
         index.insert(key, Arc::clone(&buffer));
         self.memory_bytes
             .fetch_add(bytes_len as u64, Ordering::Relaxed);
-        if shard.lookaside_fill(&mut index, &buffer, ag_block) {
-            self.stats.bump(Counter::LookasideInserts);
-        }
+        drop(index);
+        self.offer_slot(ag, ag_block, &buffer, Fill::Insert);
         Ok(Found::Inserted(BufGuard::new(self, buffer, locked)))
     }
 
-    /// Removes `buffer` from the index and its slot, marking it dead first. Caller holds the
-    /// shard's write lock (`index` is its contents).
+    /// Removes `buffer` from the index, marking it dead first, then bumps the AG's
+    /// generation (other threads' slots drop it) and clears this thread's slot. Caller holds
+    /// the shard's write lock (`index` is its contents).
     pub(crate) fn remove_locked(&self, shard: &AgShard, index: &mut Index, buffer: &Arc<Buffer>) {
         buffer.set_flags(DEAD);
         let key = buffer.key;
@@ -322,10 +337,14 @@ impl BufferCache {
             let bytes = buffer.len_bytes(self.config.block_size);
             self.memory_bytes.fetch_sub(bytes, Ordering::Relaxed);
         }
-        let (_, ag_block) = self.ag_map.split(key.block);
-        if shard.lookaside_clear(index, buffer, ag_block) {
-            self.stats.bump(Counter::LookasideRemoves);
-        }
+        shard.bump_generation();
+        self.clear_own_slot(shard, buffer);
+    }
+
+    fn clear_own_slot(&self, shard: &AgShard, buffer: &Arc<Buffer>) {
+        let (_, ag_block) = self.ag_map.split(buffer.key.block);
+        self.lookaside
+            .clear(buffer.ag, ag_block, buffer, shard.generation(), &self.stats);
     }
 
     /// Completes a miss: reads and verifies (or zero-fills) the new buffer, which the caller
@@ -444,13 +463,11 @@ impl BufferCache {
     /// cleared, and the next lookup of its block replaces it.
     pub(crate) fn invalidate(&self, buffer: &Arc<Buffer>) {
         let shard = &self.shards[buffer.ag];
-        let mut index = shard.index.write();
+        let _index = shard.index.write();
         buffer.set_flags(STALE);
         buffer.clear_flags(DIRTY);
-        let (_, ag_block) = self.ag_map.split(buffer.key.block);
-        if shard.lookaside_clear(&mut index, buffer, ag_block) {
-            self.stats.bump(Counter::LookasideRemoves);
-        }
+        shard.bump_generation();
+        self.clear_own_slot(shard, buffer);
     }
 
     /// Puts a buffer on the delayed-write queue unless it is there already.

@@ -16,8 +16,8 @@ impl BufferCache {
     /// - every index entry is keyed by its buffer's key, lives in its AG's shard, is not dead,
     ///   and no two live entries share a start block;
     /// - the byte total of the index equals `memory_bytes`;
-    /// - every occupied lookaside slot is the right slot for its buffer, and names a live
-    ///   (not stale) buffer that is the index's entry for its key;
+    /// - this thread's lookaside slots: each occupant is in its right slot, a live one is the
+    ///   index's entry for its key, and none is stale or dead after a sweep;
     /// - every unheld, live buffer in the index is on the LRU queue;
     /// - every delwri queue entry is flagged as queued; an unlocked live buffer is up to date.
     pub fn check_invariants(&self) -> Result<(), BufCacheError> {
@@ -68,19 +68,26 @@ impl BufferCache {
         Ok(())
     }
 
+    /// This thread's slots for `ag` (other threads' are not reachable from here): each is the
+    /// right slot for its buffer; a live occupant is the index's entry for its key; after a
+    /// sweep at the current generation no occupant is stale or dead.
     fn check_slots(&self, ag: usize, index: &crate::shard::Index) -> Result<(), BufCacheError> {
-        for (slot, buffer) in crate::shard::AgShard::lookaside_entries(index) {
+        let generation = self.shards[ag].generation();
+        let Some(slots) = self.lookaside.thread_slots(ag, generation) else {
+            return Ok(());
+        };
+        if slots.slot_count != 0 && slots.slot_count != self.config.lookaside_slots as usize {
+            return broken(format!("AG {ag} has the wrong number of slots"));
+        }
+        for (slot, buffer) in slots.entries {
+            let live = buffer.load_state() & (STALE | DEAD) == 0;
             let in_index = index
                 .get(&buffer.key)
                 .is_some_and(|b| Arc::ptr_eq(b, &buffer));
             let right_slot = self.slot_of(buffer.key.block.0) == Some(slot);
-            let live = buffer.load_state() & (STALE | DEAD) == 0;
-            if !in_index || !right_slot || !live {
+            if !right_slot || (live && !in_index) || (slots.swept && !live) {
                 return broken(format!("AG {ag} slot {slot} holds {buffer:?}"));
             }
-        }
-        if self.shards[ag].slot_count() != self.config.lookaside_slots as usize {
-            return broken(format!("AG {ag} has the wrong number of slots"));
         }
         Ok(())
     }

@@ -30,6 +30,7 @@ mod delwri;
 mod error;
 mod guard;
 mod invariants;
+mod lookaside;
 mod ops;
 mod ranges;
 mod reclaim;

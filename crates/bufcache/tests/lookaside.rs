@@ -242,3 +242,149 @@ fn readers_racing_reclaim_and_invalidation() {
     assert_eq!(stats.gets, 3 * rounds + (rounds / 4).div_ceil(8));
     assert!(stats.reclaims > 0);
 }
+
+/// Fills the calling thread's slot for `block` (a miss inserts it, a second get hits it).
+fn fill_own_slot(cache: &cairn_bufcache::BufferCache, block: u64) {
+    drop(cache.get(BufKey::single(block), &raw()).unwrap());
+    let hits = cache.stats().lookaside_hits;
+    drop(cache.get(BufKey::single(block), &raw()).unwrap());
+    assert_eq!(cache.stats().lookaside_hits, hits + 1, "the slot is filled");
+}
+
+/// Runs `f` on another thread, to completion.
+fn on_other_thread(f: impl FnOnce() + Send) {
+    std::thread::scope(|scope| {
+        scope.spawn(f);
+    });
+}
+
+// Checks a slot filled by one thread whose buffer another thread reclaims, after which the
+// disk changes: the first thread misses, re-reads the new contents, and its next lookup in
+// the AG drops the dead buffer from its slot (the generation moved).
+#[test]
+fn slot_of_buffer_reclaimed_by_another_thread_misses() {
+    use cairn_blockdev::{AlignedBuf, BlockDevice};
+    let device = formatted_device();
+    let cache = cache_on(&device, config());
+    fill_own_slot(&cache, 30);
+    on_other_thread(|| {
+        assert_eq!(cache.reclaim(u64::MAX).buffers_freed, 1);
+        let new_bytes = AlignedBuf::from_slice(&[0x5a; BLOCK_SIZE as usize]);
+        device
+            .write_at(30 * u64::from(BLOCK_SIZE), &new_bytes)
+            .unwrap();
+    });
+    // Not swept yet: the dead occupant is allowed, and not counted as removed.
+    cache.check_invariants().unwrap();
+    let before = cache.stats();
+    let guard = cache.get(BufKey::single(30), &raw()).unwrap();
+    assert!(guard.iter().all(|&b| b == 0x5a), "fresh contents");
+    drop(guard);
+    let after = cache.stats();
+    assert_eq!(after.lookaside_hits, before.lookaside_hits, "a miss");
+    assert_eq!(
+        (after.misses, after.reads),
+        (before.misses + 1, before.reads + 1)
+    );
+    assert_eq!(after.lookaside_removes, before.lookaside_removes + 1);
+    cache.check_invariants().unwrap();
+}
+
+// Checks that a lookup in the AG by the slot's thread releases the dead buffer at once, even
+// for another block: the sweep on a generation change.
+#[test]
+fn generation_change_sweeps_dead_buffers_from_slots() {
+    let device = formatted_device();
+    let cache = cache_on(&device, config());
+    fill_own_slot(&cache, 31);
+    on_other_thread(|| {
+        let mut guard = cache.get(BufKey::single(31), &raw()).unwrap();
+        guard.mark_stale();
+    });
+    let removes = cache.stats().lookaside_removes;
+    drop(cache.get(BufKey::single(32), &raw()).unwrap());
+    assert_eq!(cache.stats().lookaside_removes, removes + 1, "swept");
+    cache.check_invariants().unwrap();
+}
+
+// Checks a slot filled by one thread whose buffer another thread changes and marks stale:
+// the first thread misses and sees the disk contents, never the dropped change.
+#[test]
+fn slot_of_buffer_marked_stale_by_another_thread_misses() {
+    let device = formatted_device();
+    let cache = cache_on(&device, config());
+    fill_own_slot(&cache, 33);
+    on_other_thread(|| {
+        let mut guard = cache.get(BufKey::single(33), &raw()).unwrap();
+        guard.write(HEADER_SIZE, &[0xee; 32]).unwrap();
+        guard.mark_stale();
+    });
+    let before = cache.stats();
+    let guard = cache.get(BufKey::single(33), &raw()).unwrap();
+    assert_eq!(guard[HEADER_SIZE], pattern(33, HEADER_SIZE));
+    assert!(!guard.is_stale());
+    drop(guard);
+    let after = cache.stats();
+    assert_eq!(after.lookaside_hits, before.lookaside_hits, "a miss");
+    assert_eq!(after.stale_lookups, before.stale_lookups + 1);
+    cache.check_invariants().unwrap();
+}
+
+// Checks a slot filled by one thread with (block, 1) while another thread frees it and
+// re-reads the block as (block, 2): the first thread's one-block lookup must meet the live
+// two-block buffer (LengthMismatch), not its slot's dead one; once that is freed too, it
+// reads fresh contents.
+#[test]
+fn slot_of_buffer_reread_with_another_length_misses() {
+    let device = formatted_device();
+    let cache = cache_on(&device, config());
+    fill_own_slot(&cache, 34);
+    on_other_thread(|| {
+        let mut one = cache.get(BufKey::single(34), &raw()).unwrap();
+        one.write(HEADER_SIZE, &[0xdd; 8]).unwrap();
+        one.mark_stale();
+        drop(one);
+        let mut two = cache.get(BufKey::new(FsBlock(34), 2), &raw()).unwrap();
+        assert_eq!(two[512 + HEADER_SIZE], pattern(35, HEADER_SIZE));
+        two.write(HEADER_SIZE, &[0xcc; 8]).unwrap();
+        drop(two);
+    });
+    let hits = cache.stats().lookaside_hits;
+    assert!(matches!(
+        cache.get(BufKey::single(34), &raw()),
+        Err(BufCacheError::LengthMismatch {
+            cached_blocks: 2,
+            ..
+        })
+    ));
+    let two = cache.get(BufKey::new(FsBlock(34), 2), &raw()).unwrap();
+    assert_eq!(two[HEADER_SIZE], 0xcc, "the other thread's live buffer");
+    drop(two);
+    on_other_thread(|| {
+        let mut two = cache.get(BufKey::new(FsBlock(34), 2), &raw()).unwrap();
+        two.mark_stale();
+    });
+    let one = cache.get(BufKey::single(34), &raw()).unwrap();
+    assert_eq!(one.len(), 512);
+    assert_eq!(one[HEADER_SIZE], pattern(34, HEADER_SIZE));
+    drop(one);
+    assert_eq!(cache.stats().lookaside_hits, hits, "no slot hit on the way");
+    cache.check_invariants().unwrap();
+}
+
+// Checks that a thread's slot is filled by its own lookups only: another thread's insert
+// does not make this thread hit, and this thread's index hit then fills its own slot.
+#[test]
+fn slots_are_per_thread() {
+    let device = formatted_device();
+    let cache = cache_on(&device, config());
+    on_other_thread(|| fill_own_slot(&cache, 36));
+    let before = cache.stats();
+    drop(cache.get(BufKey::single(36), &raw()).unwrap());
+    drop(cache.get(BufKey::single(36), &raw()).unwrap());
+    let after = cache.stats();
+    assert_eq!(after.index_hits, before.index_hits + 1);
+    assert_eq!(after.lookaside_hits, before.lookaside_hits + 1);
+    assert_eq!(after.lookaside_inserts, before.lookaside_inserts + 1);
+    cache.check_invariants().unwrap();
+}
