@@ -94,6 +94,9 @@ pub fn run(args: &Args) -> u8 {
 
 /// Prints what a repair did and what is left; returns the exit code.
 fn print_outcome(args: &Args, outcome: &Outcome) -> u8 {
+    for warning in &outcome.warnings {
+        eprintln!("fsck.cairn: WARNING: {warning}");
+    }
     for action in &outcome.actions {
         println!("repaired: {action}");
     }

@@ -7,8 +7,9 @@
 //! device belongs to exactly one owner, the log is clean and no block's LSN is past it, every
 //! directory entry names an in-use inode, every inode is reachable from the root (or on an
 //! unlinked list) and its link count equals the entries naming it.
-//! Repair owns the phases that bring a damaged filesystem back: log replay (through cairn-fs),
-//! inodes, the namespace (with `/lost+found`), then every AG's trees and headers rebuilt from
+//! Repair owns the phases that bring a damaged filesystem back: log replay (through cairn-fs;
+//! a log that cannot be replayed is discarded with `-y`, replaced by a clean log whose LSN is
+//! above every metadata LSN), inodes, the namespace (with `/lost+found`), then every AG's trees and headers rebuilt from
 //! what the inodes claim (see `repair/mod.rs`).
 //! Invariants:
 //! - checking never writes to the device (it is opened read-only);

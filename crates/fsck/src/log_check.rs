@@ -4,7 +4,9 @@
 
 use cairn_blockdev::AlignedBuf;
 use cairn_format::header::block_lsn;
-use cairn_format::log::{LOG_RECORD_HEADER_BYTES, LogRecordHeader, log_header_crc};
+use cairn_format::log::{
+    LOG_RECORD_HEADER_BYTES, LogRecordHeader, decode_log_items, decode_log_record, log_header_crc,
+};
 use cairn_format::ondisk::get_u32;
 use cairn_format::{FsBlock, Lsn, MetaKind, OnDisk};
 use cairn_journal::Journal;
@@ -30,6 +32,7 @@ impl Checker<'_> {
                 let message = "the log holds checkpoints that were never replayed: mount the \
                                filesystem once to replay them, then check again";
                 self.report.add(Problem::new("log", at, message));
+                self.check_log_items();
             }
             Err(err) => {
                 let message = format!("cannot be read: {err}");
@@ -64,6 +67,39 @@ impl Checker<'_> {
             first += count;
         }
         newest
+    }
+
+    /// Reports the first log record whose header and payload verify but whose items do not
+    /// decode: replay would fail on it (a torn write fails a CRC instead, so this is damage).
+    fn check_log_items(&mut self) {
+        let block_size = self.geometry.block_size as usize;
+        let log_bytes = u64::from(self.geometry.log_blocks) * block_size as u64;
+        let mut log = AlignedBuf::zeroed(log_bytes as usize);
+        let start = self.geometry.byte_offset(FsBlock(self.geometry.log_start));
+        if self.device.read_at(start, &mut log).is_err() {
+            return;
+        }
+        let mut at = 0;
+        while at < log.len() {
+            let Ok((header, payload)) = decode_log_record(&log[at..]) else {
+                at += block_size;
+                continue;
+            };
+            if header.uuid == self.uuid
+                && let Err(err) = decode_log_items(payload, header.op_count)
+            {
+                let message = format!(
+                    "record {} holds items that do not decode ({err}): the log cannot be \
+                     replayed; fsck.cairn -y discards it",
+                    show_lsn(header.lsn)
+                );
+                let block = self.geometry.log_start + (at / block_size) as u64;
+                self.report.add(Problem::new("log", Some(block), message));
+                return;
+            }
+            let record = LOG_RECORD_HEADER_BYTES + header.payload_bytes as usize;
+            at += record.next_multiple_of(block_size);
+        }
     }
 
     fn record_lsn(&self, block: &[u8]) -> Option<Lsn> {

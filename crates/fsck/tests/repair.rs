@@ -13,6 +13,7 @@ use cairn_format::agf::Agf;
 use cairn_format::dir::ShortformDir;
 use cairn_format::inode::{InodeCore, fork_extents, put_fork_extents};
 use cairn_format::limits::{AG_AGF_BLOCK, AG_AGFL_BLOCK, AG_AGI_BLOCK};
+use cairn_format::log::{LOG_RECORD_HEADER_BYTES, decode_log_record, encode_log_record};
 use cairn_format::{AgBlock, AgNumber, FsBlock, InodeNumber, MetaKind, OnDisk};
 use cairn_fs::{Credentials, FileKind, Filesystem, MountOptions, XattrFlags};
 use common::{Image, SECTOR, blocks_with_magic, edit_block, edit_inode, populated, text};
@@ -396,6 +397,72 @@ fn dirty_log_is_replayed() {
     let said = repair_cycle(&image, "never replayed");
     assert!(said.contains("log: replayed"), "{said}");
     assert_eq!(read_root_file(&image.path, b"new", 4), b"kept");
+}
+
+/// Makes every record of the image's log whose payload holds items undecodable (an unknown
+/// item type) with valid CRCs, so replay fails; returns how many were damaged.
+fn damage_log_items(image: &Image) -> usize {
+    let g = image.geometry;
+    let block = g.block_size as usize;
+    let start = g.byte_offset(FsBlock(g.log_start)) as usize;
+    let mut bytes = std::fs::read(&image.path).unwrap();
+    let log = &mut bytes[start..start + g.log_blocks as usize * block];
+    let mut damaged = 0;
+    let mut at = 0;
+    while at < log.len() {
+        let Ok((header, payload)) = decode_log_record(&log[at..]) else {
+            at += block;
+            continue;
+        };
+        let len = LOG_RECORD_HEADER_BYTES + payload.len();
+        if header.op_count > 0 {
+            let mut payload = payload.to_vec();
+            payload[..2].copy_from_slice(&0x7777u16.to_le_bytes());
+            let record = encode_log_record(&header, &payload);
+            log[at..at + record.len()].copy_from_slice(&record);
+            damaged += 1;
+        }
+        at += len.next_multiple_of(block);
+    }
+    std::fs::write(&image.path, bytes).unwrap();
+    damaged
+}
+
+// A dirty log whose records cannot be replayed is discarded by -y, loudly; the state before
+// the log (everything written home) is kept, and the new log starts past every metadata LSN.
+#[test]
+fn corrupt_log_is_discarded() {
+    let image = populated();
+    let (device, fs) = mount_file(&image.path);
+    let who = Credentials::root();
+    let file = fs
+        .create(fs.root(), b"new", FileKind::Regular, 0o644, 0, &who)
+        .unwrap();
+    fs.write(file.inode, 0, b"lost").unwrap();
+    fs.fsync(file.inode, false).unwrap();
+    std::fs::write(&image.path, device.durable_image()).unwrap();
+    drop(fs);
+    assert!(damage_log_items(&image) > 0);
+    let path = image.path.to_str().unwrap();
+    let found = fsck(&["-n", path]);
+    assert_eq!(found.status.code(), Some(4), "{}", text(&found));
+    assert!(text(&found).contains("do not decode"), "{}", text(&found));
+    let said = repair_cycle(&image, "never replayed");
+    assert!(said.contains("WARNING: log: replay failed"), "{said}");
+    assert!(said.contains("are LOST"), "{said}");
+    assert_eq!(read_root_file(&image.path, b"f1", 10240), vec![7u8; 10240]);
+    let (device, fs) = mount_file(&image.path);
+    assert!(fs.lookup(image.big, b"entry-0299").is_ok());
+    assert!(fs.lookup(image.a, b"b").is_ok());
+    // The repaired filesystem logs new changes and replays them after a crash.
+    let kept = fs
+        .create(fs.root(), b"after", FileKind::Regular, 0o644, 0, &who)
+        .unwrap();
+    fs.write(kept.inode, 0, b"kept").unwrap();
+    fs.fsync(kept.inode, false).unwrap();
+    std::fs::write(&image.path, device.durable_image()).unwrap();
+    drop(fs);
+    assert_eq!(read_root_file(&image.path, b"after", 4), b"kept");
 }
 
 // -p repairs what loses nothing (a link count) but leaves a dangling entry (exit 4).

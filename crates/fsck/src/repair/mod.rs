@@ -1,6 +1,7 @@
 //! Repair, in phases like xfs_repair, each driven by a fresh check of the device:
-//! 0. the log: a dirty log is replayed by mounting and unmounting through cairn-fs (the one
-//!    recovery implementation);
+//! 0. the log (`log.rs`): a dirty log is replayed by mounting and unmounting through cairn-fs
+//!    (the one recovery implementation); with `-y`, a log that cannot be read or replayed is
+//!    discarded: replaced by a clean log whose LSN is above every metadata LSN;
 //! 1. inodes (`inodes.rs`): inodes that cannot be saved are cleared; extents past the device,
 //!    across an AG or over blocks already owned (metadata, or a lower inode) are dropped;
 //!    damaged attr forks are dropped; block counts are set to what the forks hold;
@@ -15,21 +16,20 @@
 //! attr fork is dropped).
 
 mod inodes;
+mod log;
 mod names;
 mod space;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
 use cairn_blockdev::{AlignedBuf, BlockDevice, DeviceError};
 use cairn_format::header::stamp;
 use cairn_format::{FormatError, FsBlock, Geometry, Superblock};
-use cairn_journal::Journal;
 
 use crate::FsckError;
 use crate::check::Checker;
-use crate::probe::{self, Opened};
+use crate::probe;
 use crate::report::{Problem, Report};
 
 /// How far repair may go.
@@ -52,6 +52,8 @@ pub struct Outcome {
     pub actions: Vec<String>,
     /// Repairs that were needed but not made (preen mode, or impossible).
     pub skipped: Vec<String>,
+    /// Repairs that lost data the user must hear about (a discarded log), also in `actions`.
+    pub warnings: Vec<String>,
 }
 
 impl Outcome {
@@ -167,7 +169,7 @@ pub fn repair_path(path: &Path, buffered: bool, mode: Mode) -> Result<Outcome, F
         }
     };
     let mut outcome = Outcome::default();
-    let opened = replay_log(path, buffered, opened, &sb, &mut outcome)?;
+    let (opened, may_repair) = log::settle_log(path, buffered, opened, &sb, mode, &mut outcome)?;
     let sb = match probe::read_primary(&opened.device)? {
         Ok(sb) => sb,
         Err(_) => sb,
@@ -178,7 +180,7 @@ pub fn repair_path(path: &Path, buffered: bool, mode: Mode) -> Result<Outcome, F
         after: before,
         ..outcome
     };
-    if outcome.before.is_clean() {
+    if outcome.before.is_clean() || !may_repair {
         return Ok(outcome);
     }
     let mut repairer = Repairer {
@@ -205,37 +207,4 @@ pub fn repair_path(path: &Path, buffered: bool, mode: Mode) -> Result<Outcome, F
         }
     };
     Ok(outcome)
-}
-
-/// Replays a dirty log through cairn-fs (mount, then unmount) and reopens the device.
-fn replay_log(
-    path: &Path,
-    buffered: bool,
-    opened: Opened,
-    sb: &Superblock,
-    outcome: &mut Outcome,
-) -> Result<Opened, FsckError> {
-    match Journal::needs_recovery(&opened.device, sb) {
-        Ok(false) => return Ok(opened),
-        Ok(true) => {}
-        Err(err) => {
-            outcome
-                .skipped
-                .push(format!("log: cannot be read ({err}); it was not replayed"));
-            return Ok(opened);
-        }
-    }
-    let Opened { device, .. } = opened;
-    let device: Arc<dyn BlockDevice> = Arc::new(device);
-    let options = cairn_fs::MountOptions::default();
-    let replayed = cairn_fs::Filesystem::mount(device, options).and_then(|fs| fs.unmount());
-    match replayed {
-        Ok(()) => outcome
-            .actions
-            .push("log: replayed the checkpoints it held".to_string()),
-        Err(err) => outcome
-            .skipped
-            .push(format!("log: replay failed ({err}); left as it is")),
-    }
-    probe::open_writable(path, buffered)
 }
