@@ -48,6 +48,9 @@ pub struct Findings {
     pub(crate) restamp_dir_blocks: Vec<(u64, u64)>,
     /// Directory data blocks (block, directory) that cannot be decoded: repair empties them.
     pub(crate) lost_dir_blocks: Vec<(u64, u64)>,
+    /// Remote symlink blocks (block, symlink) whose header does not verify but whose piece of
+    /// the target does: repair rewrites the header.
+    pub(crate) restamp_symlink_blocks: Vec<(u64, u64)>,
 }
 
 /// The state of one check run.

@@ -1,5 +1,6 @@
 //! Inode trees and inodes: every chunk the inode tree records is read, every inode in it
-//! verifies, allocation agrees with the free mask, and file data is claimed.
+//! verifies, allocation agrees with the free mask, and file data is claimed (a symlink's
+//! remote target blocks are checked in `symlink.rs`).
 
 use cairn_blockdev::AlignedBuf;
 use cairn_format::agi::Agi;
@@ -244,6 +245,9 @@ impl Checker<'_> {
             }
         }
         if let Some(found) = found {
+            if core.file_type() == Some(FileType::Symlink) {
+                self.check_symlink_blocks(number, core, &found.extents);
+            }
             self.note_directory_extents(number, &found.extents);
             self.check_extents(number, core, found);
         }

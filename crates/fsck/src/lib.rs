@@ -9,8 +9,8 @@
 //! unlinked list) and its link count equals the entries naming it.
 //! Repair owns the phases that bring a damaged filesystem back: log replay (through cairn-fs;
 //! a log that cannot be replayed is discarded with `-y`, replaced by a clean log whose LSN is
-//! above every metadata LSN), inodes, the namespace (with `/lost+found`), then every AG's trees and headers rebuilt from
-//! what the inodes claim (see `repair/mod.rs`).
+//! above every metadata LSN), inodes, the namespace (with `/lost+found`), then every AG's
+//! trees and headers rebuilt from what the inodes claim (see `repair/mod.rs`).
 //! Invariants:
 //! - checking never writes to the device (it is opened read-only);
 //! - repair writes only after a check found problems, only to a device it holds exclusively
@@ -34,6 +34,7 @@ pub mod repair;
 pub mod report;
 pub mod snoop;
 mod space;
+mod symlink;
 mod tree;
 mod xattr;
 

@@ -251,6 +251,55 @@ fn bad_crc_in_xattr_block() {
     fs.unmount().unwrap();
 }
 
+/// The one remote target block of `rich`'s symlink.
+fn symlink_block(rich: &Rich) -> u64 {
+    let extents = data_extents(&rich.image, rich.link);
+    assert_eq!(extents.len(), 1);
+    extents[0].fs_block.0
+}
+
+// A symlink block whose header is damaged but whose target piece is intact is salvaged: the
+// header is rewritten, the target kept.
+#[test]
+fn symlink_block_with_a_bad_header_is_salvaged() {
+    let rich = rich();
+    let block = symlink_block(&rich);
+    // The owner field names another inode (the CRC re-stamped): only the header is wrong.
+    edit_block(&rich.image, block, |raw| {
+        raw[40..48].copy_from_slice(&rich.fragmented.to_le_bytes());
+    });
+    let said = repair_cycle(&rich.image, MetaKind::SymlinkBlock.name());
+    assert!(said.contains("target block"), "{said}");
+    let (_device, fs) = mount_file(&rich.image.path);
+    assert_eq!(fs.readlink(rich.link).unwrap(), vec![b't'; 1000]);
+    fs.unmount().unwrap();
+    // A bad CRC (a flipped header byte) is salvaged the same way.
+    let rich = self::rich();
+    flip(&rich.image, symlink_block(&rich), 9);
+    repair_cycle(&rich.image, MetaKind::SymlinkBlock.name());
+    let (_device, fs) = mount_file(&rich.image.path);
+    assert_eq!(fs.readlink(rich.link).unwrap(), vec![b't'; 1000]);
+    fs.unmount().unwrap();
+}
+
+// A symlink block whose piece disagrees with the inode's size cannot be saved: the symlink
+// is cleared and its entry removed.
+#[test]
+fn symlink_block_with_a_bad_length_is_cleared() {
+    let rich = rich();
+    let block = symlink_block(&rich);
+    edit_block(&rich.image, block, |raw| {
+        raw[52..56].copy_from_slice(&999u32.to_le_bytes());
+    });
+    let said = repair_cycle(&rich.image, "does not hold bytes 0..1000");
+    assert!(said.contains(&format!("inode {}: cleared", rich.link)), "{said}");
+    assert!(said.contains("removed entry 'link'"), "{said}");
+    let (_device, fs) = mount_file(&rich.image.path);
+    assert!(fs.lookup(fs.root(), b"link").is_err());
+    assert!(fs.lookup(fs.root(), b"xa").is_ok());
+    fs.unmount().unwrap();
+}
+
 // A block claimed by two files stays with the lower inode and is dropped from the other.
 #[test]
 fn block_claimed_twice() {

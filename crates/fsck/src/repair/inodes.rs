@@ -3,13 +3,16 @@
 //! claimed by nothing else: static metadata wins, then the lowest inode; a losing data extent
 //! is dropped from its file (an extent tree that loses a block, or cannot hold the remaining
 //! extents inline, clears the inode), a losing xattr block drops the attr fork. Block counts
-//! are then set to what the forks keep.
+//! are then set to what the forks keep. A symlink target block whose header is damaged but
+//! whose piece of the target is intact gets its header rewritten; a symlink whose target
+//! cannot be read is cleared.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use cairn_format::inode::{
     BmapRoot, ForkFormat, INODE_CORE_SIZE, InodeCore, free_inode_core, put_fork_extents,
 };
+use cairn_format::symlink::SymlinkHeader;
 use cairn_format::{Extent, FsBlock, InodeNumber, MetaHeader, MetaKind, OnDisk};
 
 use super::{RepairError, Repairer, space};
@@ -36,6 +39,8 @@ pub(crate) struct InodePlan {
     fixes: BTreeMap<u64, InodeFix>,
     extents: BTreeMap<u64, Vec<Extent>>,
     block_counts: BTreeMap<u64, u64>,
+    /// Symlink blocks (block, symlink) whose header is rewritten, their target kept.
+    restamp_symlinks: Vec<(u64, u64)>,
 }
 
 /// A block range already owned, and by whom.
@@ -71,6 +76,7 @@ impl Repairer<'_> {
         let mut plan = InodePlan {
             clear: findings.broken_inodes.clone(),
             extents: findings.data_extents.clone(),
+            restamp_symlinks: findings.restamp_symlink_blocks.clone(),
             ..InodePlan::default()
         };
         let mut owned: BTreeMap<u64, Owned> = BTreeMap::new();
@@ -127,6 +133,9 @@ impl Repairer<'_> {
     }
 
     pub(crate) fn apply_inode_repairs(&mut self, plan: InodePlan) -> Result<(), RepairError> {
+        for &(at, inode) in &plan.restamp_symlinks {
+            self.restamp_symlink_block(at, inode)?;
+        }
         for (inode, why) in &plan.clear {
             if self.may_discard() {
                 self.clear_inode(*inode)?;
@@ -140,6 +149,17 @@ impl Repairer<'_> {
             let extents = plan.extents.get(&inode).map_or(&[][..], Vec::as_slice);
             self.fix_inode(inode, fix, extents, recorded)?;
         }
+        Ok(())
+    }
+
+    /// Rewrites the header of symlink `inode`'s target block `at`, keeping its piece.
+    fn restamp_symlink_block(&mut self, at: u64, inode: u64) -> Result<(), RepairError> {
+        let mut block = self.read_raw(at, 1)?;
+        let mut piece = SymlinkHeader::decode(&block)?;
+        piece.header = MetaHeader::new(MetaKind::SymlinkBlock, at, self.uuid, inode);
+        piece.encode(&mut block);
+        self.write_meta(at, &mut block)?;
+        self.action(format!("symlink {inode}: target block {at} salvaged"));
         Ok(())
     }
 
