@@ -53,7 +53,8 @@ pub struct StatsSnapshot {
     pub lookaside_misses: u64,
     /// Times a slot was filled (on an insert, or an index hit that took the slot).
     pub lookaside_inserts: u64,
-    /// Times a slot was cleared because its buffer was reclaimed, invalidated or replaced.
+    /// Times a thread's slot let go of a stale or dead buffer: cleared by the thread that
+    /// reclaimed or invalidated it, swept after the AG's generation moved, or refused at a hit.
     pub lookaside_removes: u64,
     /// Hits served by the per-AG index.
     pub index_hits: u64,
