@@ -2,9 +2,13 @@
 //! random workloads at every crash point chosen, injects faults, fuzzes images and fills the
 //! filesystem; prints the counts and every violation, and exits non-zero on any violation.
 //!
-//! Usage: `cairn-crashtest [--quick]` (`--quick` runs about a tenth of everything).
+//! Usage: `cairn-crashtest [--quick] [--stride N] [--extra-points N]`: `--stride N` explores
+//! every N-th one- and two-op workload and 1/N of the random ones, faults and fuzzed images;
+//! `--extra-points N` checks at most N crash points per workload besides the flush points
+//! (default: all of them); `--quick` is `--stride 10 --extra-points 8`.
 
 use std::process::ExitCode;
+use std::time::Instant;
 
 use cairn_crashtest::explore::ExploreConfig;
 use cairn_crashtest::suite::{self, Tally};
@@ -14,21 +18,61 @@ use cairn_crashtest::{CrashError, workload};
 const RANDOM_WORKLOADS: u64 = 40;
 const RANDOM_LEN: usize = 40;
 
-fn run(quick: bool) -> Result<Tally, CrashError> {
-    let stride = if quick { 10 } else { 1 };
+/// How much of everything a run covers.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    stride: usize,
+    extra_points_max: Option<usize>,
+}
+
+fn parse_args() -> Result<Bounds, String> {
+    let mut bounds = Bounds {
+        stride: 1,
+        extra_points_max: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut number = |name: &str| -> Result<usize, String> {
+            args.next()
+                .and_then(|value| value.parse().ok())
+                .filter(|&value: &usize| value > 0 || name == "--extra-points")
+                .ok_or(format!("{name} needs a number"))
+        };
+        match arg.as_str() {
+            "--quick" => {
+                bounds.stride = 10;
+                bounds.extra_points_max = Some(8);
+            }
+            "--stride" => bounds.stride = number("--stride")?,
+            "--extra-points" => bounds.extra_points_max = Some(number("--extra-points")?),
+            "--help" | "-h" => {
+                return Err(
+                    "usage: cairn-crashtest [--quick] [--stride N] [--extra-points N]".into(),
+                );
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(bounds)
+}
+
+fn run(bounds: Bounds) -> Result<Tally, CrashError> {
+    let started = Instant::now();
+    let stride = bounds.stride;
     let config = ExploreConfig {
         random_per_flush: 4,
         seed: 2024,
-        extra_points_max: if quick { Some(8) } else { None },
+        extra_points_max: bounds.extra_points_max,
     };
     let mut workloads: Vec<_> = workload::seq1().into_iter().step_by(stride).collect();
     workloads.extend(workload::seq2().into_iter().step_by(stride));
     workloads.extend(
-        (0..RANDOM_WORKLOADS / stride as u64).map(|seed| workload::random(seed, RANDOM_LEN)),
+        (0..(RANDOM_WORKLOADS / stride as u64).max(1))
+            .map(|seed| workload::random(seed, RANDOM_LEN)),
     );
     eprintln!("exploring {} workloads", workloads.len());
     let mut tally = suite::crash_run(&workloads, &config)?;
-    eprintln!("crash: {}", tally.summary());
+    eprintln!("crash: {} ({:?})", tally.summary(), started.elapsed());
     for seed in 0..(8 / stride as u64).max(1) {
         suite::merge(
             &mut tally,
@@ -36,16 +80,22 @@ fn run(quick: bool) -> Result<Tally, CrashError> {
         );
     }
     suite::merge(&mut tally, suite::read_fault_run(200 / stride, 9)?);
-    eprintln!("faults: {}", tally.summary());
+    eprintln!("faults: {} ({:?})", tally.summary(), started.elapsed());
     suite::merge(&mut tally, suite::fuzz_run(2000 / stride as u64, 4)?);
-    eprintln!("fuzz: {}", tally.summary());
+    eprintln!("fuzz: {} ({:?})", tally.summary(), started.elapsed());
     suite::merge(&mut tally, suite::space_run(1, 3)?);
     Ok(tally)
 }
 
 fn main() -> ExitCode {
-    let quick = std::env::args().any(|arg| arg == "--quick");
-    match run(quick) {
+    let bounds = match parse_args() {
+        Ok(bounds) => bounds,
+        Err(message) => {
+            eprintln!("cairn-crashtest: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(bounds) {
         Ok(tally) => {
             for violation in &tally.violations {
                 println!("VIOLATION {violation}");

@@ -1,6 +1,9 @@
 //! Workload operations and their effect on the model (the "expected" side of every run).
 
+use std::collections::BTreeMap;
 use std::fmt;
+
+use cairn_fs::{FallocateMode, RenameMode};
 
 use crate::model::{Model, NodeId, NodeKind, Path, join, parent_of, pattern};
 
@@ -30,6 +33,29 @@ pub enum Op {
         path: Path,
         target: Vec<u8>,
     },
+    /// Rename `from` to `to` (replacing, refusing to replace, or exchanging).
+    Rename {
+        from: Path,
+        to: Path,
+        mode: RenameMode,
+    },
+    /// Set attribute `name` (a full name, "user.x") to `len` bytes of the pattern of `id`.
+    SetXattr {
+        path: Path,
+        name: String,
+        len: u64,
+        id: u64,
+    },
+    RemoveXattr {
+        path: Path,
+        name: String,
+    },
+    Fallocate {
+        path: Path,
+        offset: u64,
+        len: u64,
+        mode: FallocateMode,
+    },
     Fsync(Path),
     Fdatasync(Path),
     Sync,
@@ -57,8 +83,11 @@ impl Op {
             | Self::Fdatasync(path)
             | Self::Write { path, .. }
             | Self::Truncate { path, .. }
-            | Self::Symlink { path, .. } => path,
-            Self::Link { to, .. } => to,
+            | Self::Symlink { path, .. }
+            | Self::SetXattr { path, .. }
+            | Self::RemoveXattr { path, .. }
+            | Self::Fallocate { path, .. } => path,
+            Self::Link { to, .. } | Self::Rename { to, .. } => to,
             Self::Sync | Self::Unmount => "",
         }
     }
@@ -77,6 +106,30 @@ impl fmt::Display for Op {
             Self::Unlink(path) => write!(f, "unlink({path})"),
             Self::Rmdir(path) => write!(f, "rmdir({path})"),
             Self::Symlink { path, .. } => write!(f, "symlink({path})"),
+            Self::Rename { from, to, mode } => match mode {
+                RenameMode::Replace => write!(f, "rename({from}, {to})"),
+                RenameMode::NoReplace => write!(f, "rename({from}, {to}, noreplace)"),
+                RenameMode::Exchange => write!(f, "rename({from}, {to}, exchange)"),
+            },
+            Self::SetXattr {
+                path, name, len, ..
+            } => write!(f, "setxattr({path}, {name}, {len})"),
+            Self::RemoveXattr { path, name } => write!(f, "removexattr({path}, {name})"),
+            Self::Fallocate {
+                path,
+                offset,
+                len,
+                mode,
+            } => {
+                let mode = match mode {
+                    FallocateMode::Allocate { keep_size: false } => "allocate",
+                    FallocateMode::Allocate { keep_size: true } => "allocate keep-size",
+                    FallocateMode::PunchHole => "punch",
+                    FallocateMode::ZeroRange { keep_size: false } => "zero",
+                    FallocateMode::ZeroRange { keep_size: true } => "zero keep-size",
+                };
+                write!(f, "fallocate({path}, {offset}, {len}, {mode})")
+            }
             Self::Fsync(path) => write!(f, "fsync({path})"),
             Self::Fdatasync(path) => write!(f, "fdatasync({path})"),
             Self::Sync => write!(f, "sync"),
@@ -112,8 +165,102 @@ pub fn valid(model: &Model, op: &Op) -> bool {
                 && !path.is_empty()
                 && model.children(path).is_empty()
         }
+        Op::Rename { from, to, mode } => rename_valid(model, from, to, *mode),
+        Op::SetXattr { path, .. } => {
+            matches!(kind_at(model, path), Some(NodeKind::File | NodeKind::Dir))
+        }
+        Op::RemoveXattr { path, name } => model.node_at(path).is_some_and(|id| {
+            model.nodes[id]
+                .current()
+                .xattrs
+                .contains_key(name.as_bytes())
+        }),
+        Op::Fallocate { path, .. } => file(path),
         Op::Fsync(path) | Op::Fdatasync(path) => kind_at(model, path).is_some(),
         Op::Sync | Op::Unmount => true,
+    }
+}
+
+/// Whether `inner` is `outer` or below it.
+fn within(inner: &str, outer: &str) -> bool {
+    inner == outer || inner.starts_with(&format!("{outer}/"))
+}
+
+/// A rename the filesystem must accept: both names below a directory, neither inside the
+/// other, distinct inodes, and a target that `mode` and POSIX allow (a directory replaces
+/// only an empty directory, a non-directory only a non-directory).
+fn rename_valid(model: &Model, from: &str, to: &str, mode: RenameMode) -> bool {
+    let Some(source) = model.node_at(from) else {
+        return false;
+    };
+    if to.is_empty() || !model.is_dir(parent_of(to)) || within(to, from) || within(from, to) {
+        return false;
+    }
+    let target = model.node_at(to);
+    if target == Some(source) {
+        return false;
+    }
+    let source_dir = model.is_dir(from);
+    match (mode, target) {
+        (RenameMode::NoReplace, target) => target.is_none(),
+        (RenameMode::Exchange, target) => target.is_some(),
+        (RenameMode::Replace, None) => true,
+        (RenameMode::Replace, Some(_)) if source_dir => {
+            model.is_dir(to) && model.children(to).is_empty()
+        }
+        (RenameMode::Replace, Some(_)) => !model.is_dir(to),
+    }
+}
+
+/// Moves every name at or below `from` to the same place below `to`.
+fn move_subtree(names: &BTreeMap<Path, NodeId>, from: &str, to: &str) -> Vec<(Path, NodeId)> {
+    names
+        .iter()
+        .filter(|(path, _)| within(path, from))
+        .map(|(path, node)| (format!("{to}{}", &path[from.len()..]), *node))
+        .collect()
+}
+
+/// The namespace change of a (valid) rename.
+fn apply_rename(model: &mut Model, from: &str, to: &str, mode: RenameMode) {
+    let moved = move_subtree(&model.names, from, to);
+    let swapped = match mode {
+        RenameMode::Exchange => move_subtree(&model.names, to, from),
+        _ => Vec::new(),
+    };
+    model
+        .names
+        .retain(|path, _| !within(path, from) && !within(path, to));
+    model.names.extend(moved);
+    model.names.extend(swapped);
+}
+
+/// `content` with `offset..end` zeroed (within its length), grown to `end` if `grow`.
+fn zeroed(content: &[u8], offset: u64, end: u64, grow: bool) -> Vec<u8> {
+    let mut content = content.to_vec();
+    if grow && content.len() < end as usize {
+        content.resize(end as usize, 0);
+    }
+    let end = (end as usize).min(content.len());
+    if (offset as usize) < end {
+        content[offset as usize..end].fill(0);
+    }
+    content
+}
+
+/// The contents after a fallocate of `offset..offset + len` in `mode`.
+fn fallocated(content: &[u8], offset: u64, len: u64, mode: FallocateMode) -> Vec<u8> {
+    let end = offset + len;
+    match mode {
+        FallocateMode::Allocate { keep_size } => {
+            let mut content = content.to_vec();
+            if !keep_size && content.len() < end as usize {
+                content.resize(end as usize, 0);
+            }
+            content
+        }
+        FallocateMode::PunchHole => zeroed(content, offset, end, false),
+        FallocateMode::ZeroRange { keep_size } => zeroed(content, offset, end, !keep_size),
     }
 }
 
@@ -160,6 +307,43 @@ pub fn apply(model: &mut Model, op: &Op, step: Option<usize>, inode: u64) -> Opt
             Some(node)
         }
         Op::Unlink(path) | Op::Rmdir(path) => model.names.remove(path),
+        Op::Rename { from, to, mode } => {
+            apply_rename(model, from, to, *mode);
+            model.node_at(to)
+        }
+        Op::SetXattr {
+            path,
+            name,
+            len,
+            id,
+        } => {
+            let node = model.node_at(path)?;
+            let current = model.nodes[node].current().clone();
+            let mut xattrs = current.xattrs.as_ref().clone();
+            xattrs.insert(name.as_bytes().to_vec(), pattern(*id, 0, *len as usize));
+            model.set_state(node, at, current.content.as_ref().clone(), xattrs);
+            Some(node)
+        }
+        Op::RemoveXattr { path, name } => {
+            let node = model.node_at(path)?;
+            let current = model.nodes[node].current().clone();
+            let mut xattrs = current.xattrs.as_ref().clone();
+            xattrs.remove(name.as_bytes());
+            model.set_state(node, at, current.content.as_ref().clone(), xattrs);
+            Some(node)
+        }
+        Op::Fallocate {
+            path,
+            offset,
+            len,
+            mode,
+        } => {
+            let node = model.node_at(path)?;
+            let current = model.nodes[node].current().clone();
+            let content = fallocated(&current.content, *offset, *len, *mode);
+            model.set_state(node, at, content, current.xattrs.as_ref().clone());
+            Some(node)
+        }
         Op::Fsync(path) | Op::Fdatasync(path) => model.node_at(path),
         Op::Sync | Op::Unmount => None,
     }
@@ -192,5 +376,72 @@ pub fn setup_ops() -> Vec<Op> {
             from: "A/bar".into(),
             to: "B/bar2".into(),
         },
+        Op::SetXattr {
+            path: "foo".into(),
+            name: "user.s".into(),
+            len: 16,
+            id: 3,
+        },
+        Op::SetXattr {
+            path: "A".into(),
+            name: "user.big".into(),
+            len: 2000,
+            id: 4,
+        },
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::setup_model;
+
+    fn rename(from: &str, to: &str, mode: RenameMode) -> Op {
+        Op::Rename {
+            from: from.into(),
+            to: to.into(),
+            mode,
+        }
+    }
+
+    // Checks which renames are valid on the setup tree and that a directory exchange moves
+    // both subtrees.
+    #[test]
+    fn rename_validity_and_subtrees() {
+        let mut model = setup_model();
+        assert!(valid(&model, &rename("foo", "A/bar", RenameMode::Replace)));
+        assert!(!valid(
+            &model,
+            &rename("foo", "A/bar", RenameMode::NoReplace)
+        ));
+        assert!(!valid(&model, &rename("foo", "new", RenameMode::Exchange)));
+        assert!(!valid(&model, &rename("A", "A/C/x", RenameMode::Replace)));
+        assert!(!valid(
+            &model,
+            &rename("A/bar", "B/bar2", RenameMode::Replace)
+        ));
+        assert!(!valid(&model, &rename("foo", "A", RenameMode::Replace)));
+        assert!(!valid(&model, &rename("E", "A", RenameMode::Replace)));
+        let (bar2, baz) = (model.node_at("B/bar2"), model.node_at("A/C/baz"));
+        let exchange = rename("B", "A/C", RenameMode::Exchange);
+        assert!(valid(&model, &exchange));
+        apply(&mut model, &exchange, Some(0), 0);
+        assert_eq!(model.node_at("A/C/bar2"), bar2);
+        assert_eq!(model.node_at("B/baz"), baz);
+        assert_eq!(model.node_at("B/bar2"), None);
+    }
+
+    // Checks the contents each fallocate mode leaves.
+    #[test]
+    fn fallocate_contents() {
+        let data = vec![7u8; 10];
+        let zero = |keep_size| FallocateMode::ZeroRange { keep_size };
+        let allocate = |keep_size| FallocateMode::Allocate { keep_size };
+        assert_eq!(fallocated(&data, 8, 4, allocate(true)), data);
+        assert_eq!(fallocated(&data, 8, 4, allocate(false)).len(), 12);
+        let punched = fallocated(&data, 8, 4, FallocateMode::PunchHole);
+        assert_eq!(punched, [7, 7, 7, 7, 7, 7, 7, 7, 0, 0]);
+        assert_eq!(fallocated(&data, 8, 4, zero(true)), punched);
+        assert_eq!(fallocated(&data, 8, 4, zero(false))[8..], [0, 0, 0, 0]);
+    }
 }

@@ -4,10 +4,13 @@
 //! could have reached the device).
 //!
 //! Rules, conservative on purpose:
-//! - `sync` (and a clean unmount) persists every name, and the contents of every file;
-//! - `fsync(file)` persists its contents and size, and each of its names whose parent
-//!   directory is the root or itself persisted; `fdatasync(file)` persists contents and size;
-//! - `fsync(dir)` persists the directory's entries, and the absence of the ones removed;
+//! - `sync` (and a clean unmount) persists every name, and the contents and extended
+//!   attributes of every file and directory;
+//! - `fsync(file)` persists its contents, size and extended attributes, and each of its names
+//!   whose parent directory is the root or itself persisted; `fdatasync(file)` persists
+//!   contents and size (fallocate's changes included);
+//! - `fsync(dir)` persists the directory's entries (a rename's new name in it, a removed or
+//!   renamed-away name's absence) and its extended attributes;
 //! - a promise about a path lapses when a later step that may have reached the device changed
 //!   that path; a promise about contents then widens to any later version.
 
@@ -35,6 +38,8 @@ pub struct Expectation<'a> {
     absent: BTreeMap<Path, usize>,
     /// Node -> step from which its contents are promised.
     contents: BTreeMap<NodeId, usize>,
+    /// Node -> step from which its extended attributes are promised.
+    xattrs: BTreeMap<NodeId, usize>,
 }
 
 fn kind_matches(kind: NodeKind, seen: FileKind) -> bool {
@@ -59,6 +64,7 @@ impl<'a> Expectation<'a> {
             required: BTreeMap::new(),
             absent: BTreeMap::new(),
             contents: BTreeMap::new(),
+            xattrs: BTreeMap::new(),
         };
         for (index, step) in trace.steps.iter().enumerate() {
             if step.op.is_persist() && step.end_flush <= flush_index {
@@ -94,6 +100,7 @@ impl<'a> Expectation<'a> {
                 for (path, node) in &names {
                     self.required.insert(path.clone(), (*node, step));
                     self.contents.insert(*node, step);
+                    self.xattrs.insert(*node, step);
                 }
                 let gone: Vec<Path> = self
                     .ever_named(step)
@@ -113,6 +120,7 @@ impl<'a> Expectation<'a> {
                     }
                 }
                 if matches!(record.op, Op::Fsync(_)) {
+                    self.xattrs.insert(node, step);
                     self.promise_names(node, &names, step);
                 }
             }
@@ -168,10 +176,15 @@ impl<'a> Expectation<'a> {
             .collect();
     }
 
-    /// The versions of `node` the recovered contents may come from.
-    fn allowed_versions(&self, node: NodeId) -> Vec<&'a Version> {
+    /// The versions of `node` the recovered state may come from, given the promises made
+    /// about that part of its state (`contents` or `xattrs`).
+    fn allowed_versions(
+        &self,
+        node: NodeId,
+        promised: &BTreeMap<NodeId, usize>,
+    ) -> Vec<&'a Version> {
         let versions = &self.trace.model.nodes[node].versions;
-        let first = match self.contents.get(&node) {
+        let first = match promised.get(&node) {
             Some(&since) => self.trace.model.nodes[node]
                 .version_at(Some(since))
                 .unwrap_or(0),
@@ -238,12 +251,16 @@ impl<'a> Expectation<'a> {
                 continue;
             }
             let verdict = match model_node.kind {
-                NodeKind::File => content_ok(&seen.content, &self.allowed_versions(node)),
+                NodeKind::File => {
+                    content_ok(&seen.content, &self.allowed_versions(node, &self.contents))
+                        .and_then(|()| self.xattrs_ok(node, seen))
+                }
+                NodeKind::Dir => self.xattrs_ok(node, seen),
                 NodeKind::Symlink if seen.target != model_node.target => Err(format!(
                     "symlink target {:?}",
                     String::from_utf8_lossy(&seen.target)
                 )),
-                _ => Ok(()),
+                NodeKind::Symlink => Ok(()),
             };
             match verdict {
                 Ok(()) => return Ok(()),
@@ -251,6 +268,26 @@ impl<'a> Expectation<'a> {
             }
         }
         Err(last_problem)
+    }
+}
+
+impl Expectation<'_> {
+    /// The recovered attributes equal those of one allowed version (each change is atomic).
+    fn xattrs_ok(&self, node: NodeId, seen: &crate::walk::Seen) -> Result<(), String> {
+        let versions = self.allowed_versions(node, &self.xattrs);
+        if versions.iter().any(|v| *v.xattrs == seen.xattrs) {
+            return Ok(());
+        }
+        let names: Vec<String> = seen
+            .xattrs
+            .iter()
+            .map(|(name, value)| format!("{}={}B", String::from_utf8_lossy(name), value.len()))
+            .collect();
+        Err(format!(
+            "xattrs [{}] match no version ({} allowed)",
+            names.join(", "),
+            versions.len()
+        ))
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cairn_blockdev::MemDevice;
-use cairn_fs::{Credentials, FileKind, Filesystem, FsError, SetAttr};
+use cairn_fs::{Credentials, FileKind, Filesystem, FsError, SetAttr, XattrFlags};
 
 use crate::CrashError;
 use crate::model::{Model, NodeId, Path, name_of, parent_of, pattern};
@@ -113,6 +113,33 @@ pub fn perform(fs: &Filesystem, op: &Op) -> Result<u64, FsError> {
         }
         Op::Unlink(path) => fs.unlink(parent(path)?, &name(path), &who).map(|()| 0),
         Op::Rmdir(path) => fs.rmdir(parent(path)?, &name(path), &who).map(|()| 0),
+        Op::Rename { from, to, mode } => {
+            let (old_dir, new_dir) = (parent(from)?, parent(to)?);
+            fs.rename(old_dir, &name(from), new_dir, &name(to), *mode, &who)
+                .map(|()| 0)
+        }
+        Op::SetXattr {
+            path,
+            name,
+            len,
+            id,
+        } => {
+            let value = pattern(*id, 0, *len as usize);
+            let inode = resolve(fs, path)?;
+            fs.setxattr(inode, name.as_bytes(), &value, XattrFlags::Any, &who)
+                .map(|()| 0)
+        }
+        Op::RemoveXattr { path, name } => fs
+            .removexattr(resolve(fs, path)?, name.as_bytes(), &who)
+            .map(|()| 0),
+        Op::Fallocate {
+            path,
+            offset,
+            len,
+            mode,
+        } => fs
+            .fallocate(resolve(fs, path)?, *offset, *len, *mode)
+            .map(|()| 0),
         Op::Fsync(path) => fs.fsync(resolve(fs, path)?, false).map(|()| 0),
         Op::Fdatasync(path) => fs.fsync(resolve(fs, path)?, true).map(|()| 0),
         Op::Sync => fs.sync().map(|()| 0),

@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cairn_fs::{FileKind, Filesystem, FsError};
+use cairn_fs::{Credentials, FileKind, Filesystem, FsError};
 
-use crate::model::{Path, join};
+use crate::model::{Path, Xattrs, join};
 
 /// Deepest directory nesting walked; deeper means a cycle or a damaged tree.
 pub const WALK_DEPTH_MAX: usize = 64;
@@ -27,6 +27,8 @@ pub struct Seen {
     pub content: Vec<u8>,
     /// Symlink target.
     pub target: Vec<u8>,
+    /// Extended attributes (files and directories), full name to value.
+    pub xattrs: Xattrs,
 }
 
 /// Everything the walk found, by full path (the root is not listed).
@@ -150,7 +152,11 @@ fn examine(
         size: attr.size,
         content: Vec::new(),
         target: Vec::new(),
+        xattrs: Xattrs::new(),
     };
+    if matches!(attr.kind, FileKind::Regular | FileKind::Directory) {
+        seen.xattrs = read_xattrs(fs, path, inode)?;
+    }
     match attr.kind {
         FileKind::Regular => seen.content = read_all(fs, path, inode, attr.size, read_max_bytes)?,
         FileKind::Symlink => {
@@ -159,6 +165,28 @@ fn examine(
         _ => {}
     }
     Ok(seen)
+}
+
+/// Every extended attribute of `inode`, as root sees them.
+fn read_xattrs(fs: &Filesystem, path: &str, inode: u64) -> Result<Xattrs, WalkError> {
+    let who = Credentials::root();
+    let mut xattrs = Xattrs::new();
+    for name in fs
+        .listxattr(inode, &who)
+        .map_err(fs_error("listxattr", path))?
+    {
+        let value = fs
+            .getxattr(inode, &name, &who)
+            .map_err(fs_error("getxattr", path))?;
+        if xattrs.insert(name.clone(), value).is_some() {
+            let detail = format!(
+                "attribute {:?} listed twice",
+                String::from_utf8_lossy(&name)
+            );
+            return Err(inconsistent(path, detail));
+        }
+    }
+    Ok(xattrs)
 }
 
 fn read_all(

@@ -1,6 +1,8 @@
 //! Workload generators: ACE-style systematic sequences of one and two operations over the
 //! setup tree, each followed by a persistence call, and long random sequences.
 
+use cairn_fs::{FallocateMode, RenameMode};
+
 use crate::model::{Model, join, parent_of};
 use crate::op::{self, Op};
 
@@ -34,9 +36,37 @@ fn link(from: &str, to: &str) -> Op {
     }
 }
 
+fn rename(from: &str, to: &str, mode: RenameMode) -> Op {
+    Op::Rename {
+        from: from.into(),
+        to: to.into(),
+        mode,
+    }
+}
+
+fn fallocate(path: &str, offset: u64, len: u64, mode: FallocateMode) -> Op {
+    Op::Fallocate {
+        path: path.into(),
+        offset,
+        len,
+        mode,
+    }
+}
+
+fn setxattr(path: &str, name: &str, len: u64) -> Op {
+    Op::SetXattr {
+        path: path.into(),
+        name: name.into(),
+        len,
+        id: 0,
+    }
+}
+
 /// The operations the systematic generator combines, on names of the setup tree: create,
 /// mkdir, write (new file, overwrite aligned and not, append, past the end), truncate (to
-/// zero, mid-block, up), link, unlink, rmdir and symlink.
+/// zero, mid-block, up), link, unlink, rmdir, symlink, rename (within and across
+/// directories, over a file, a directory, no-replace, exchange), setxattr (new, replace,
+/// on a directory, large), removexattr, and fallocate in every mode.
 pub fn op_templates() -> Vec<Op> {
     vec![
         Op::Create("new".into()),
@@ -63,6 +93,44 @@ pub fn op_templates() -> Vec<Op> {
             path: "A/sym".into(),
             target: b"../foo".to_vec(),
         },
+        rename("foo", "A/foo2", RenameMode::Replace),
+        rename("A/bar", "A/bar3", RenameMode::Replace),
+        rename("foo", "A/bar", RenameMode::Replace),
+        rename("A/C", "B/C2", RenameMode::NoReplace),
+        rename("foo", "A/bar", RenameMode::Exchange),
+        rename("B", "A/C", RenameMode::Exchange),
+        setxattr("foo", "user.n", 40),
+        setxattr("foo", "user.s", 3000),
+        setxattr("A/C", "user.d", 100),
+        Op::RemoveXattr {
+            path: "foo".into(),
+            name: "user.s".into(),
+        },
+        fallocate(
+            "foo",
+            16384,
+            8192,
+            FallocateMode::Allocate { keep_size: true },
+        ),
+        fallocate(
+            "foo",
+            20000,
+            10000,
+            FallocateMode::Allocate { keep_size: false },
+        ),
+        fallocate("foo", 1000, 9000, FallocateMode::PunchHole),
+        fallocate(
+            "foo",
+            3000,
+            5000,
+            FallocateMode::ZeroRange { keep_size: true },
+        ),
+        fallocate(
+            "A/bar",
+            5000,
+            4000,
+            FallocateMode::ZeroRange { keep_size: false },
+        ),
     ]
 }
 
@@ -78,14 +146,20 @@ pub fn persist_choices(model: &Model, done: &Op) -> Vec<Op> {
         }
     }
     choices.push(Op::Fsync(parent_of(path).into()));
+    if let Op::Rename { from, .. } = done
+        && parent_of(from) != parent_of(path)
+        && model.is_dir(parent_of(from))
+    {
+        choices.push(Op::Fsync(parent_of(from).into()));
+    }
     choices.push(Op::Sync);
     choices
 }
 
-/// Gives every write of `ops` its own pattern id.
+/// Gives every write and attribute value of `ops` its own pattern id.
 fn number_writes(ops: &mut [Op]) {
     for (index, step) in ops.iter_mut().enumerate() {
-        if let Op::Write { id, .. } = step {
+        if let Op::Write { id, .. } | Op::SetXattr { id, .. } = step {
             *id = 1000 + index as u64;
         }
     }
@@ -195,6 +269,23 @@ impl Rng {
 
 const RANDOM_DIRS: [&str; 4] = ["", "A", "B", "A/C"];
 const RANDOM_NAMES: [&str; 5] = ["r0", "r1", "r2", "r3", "r4"];
+const RANDOM_XATTRS: [&str; 3] = ["user.x0", "user.x1", "user.x2"];
+const RENAME_MODES: [RenameMode; 3] = [
+    RenameMode::Replace,
+    RenameMode::NoReplace,
+    RenameMode::Exchange,
+];
+const FALLOCATE_MODES: [FallocateMode; 5] = [
+    FallocateMode::Allocate { keep_size: false },
+    FallocateMode::Allocate { keep_size: true },
+    FallocateMode::PunchHole,
+    FallocateMode::ZeroRange { keep_size: false },
+    FallocateMode::ZeroRange { keep_size: true },
+];
+
+fn pick<T: Copy>(rng: &mut Rng, from: &[T]) -> T {
+    from[rng.below(from.len() as u64) as usize]
+}
 
 fn random_path(rng: &mut Rng, model: &Model) -> String {
     let mut dirs: Vec<String> = RANDOM_DIRS.iter().map(|d| d.to_string()).collect();
@@ -216,7 +307,7 @@ fn existing_path(rng: &mut Rng, model: &Model) -> String {
 /// One random op (possibly invalid on `model`; the caller retries).
 fn random_op(rng: &mut Rng, model: &Model) -> Op {
     let size = |rng: &mut Rng| rng.below(48 * 1024);
-    match rng.below(14) {
+    match rng.below(19) {
         0 | 1 => Op::Create(random_path(rng, model)),
         2 => Op::Mkdir(random_path(rng, model)),
         3..=5 => {
@@ -233,6 +324,32 @@ fn random_op(rng: &mut Rng, model: &Model) -> Op {
         },
         11 => Op::Fsync(existing_path(rng, model)),
         12 => Op::Fdatasync(existing_path(rng, model)),
+        13 => {
+            let from = existing_path(rng, model);
+            let to = if rng.below(2) == 0 {
+                random_path(rng, model)
+            } else {
+                existing_path(rng, model)
+            };
+            rename(&from, &to, pick(rng, &RENAME_MODES))
+        }
+        14 => {
+            let len = [8, 200, 3000][rng.below(3) as usize];
+            setxattr(&existing_path(rng, model), pick(rng, &RANDOM_XATTRS), len)
+        }
+        15 => Op::RemoveXattr {
+            path: existing_path(rng, model),
+            name: pick(rng, &RANDOM_XATTRS).into(),
+        },
+        16 => {
+            let path = existing_path(rng, model);
+            fallocate(
+                &path,
+                size(rng),
+                1 + size(rng) / 2,
+                pick(rng, &FALLOCATE_MODES),
+            )
+        }
         _ => Op::Sync,
     }
 }

@@ -36,6 +36,24 @@ fn crash_seq1_sample() {
     judge("seq1 sample", &tally);
 }
 
+// Explores every op template once (its persistence call rotating through the choices), so
+// each kind of operation, rename, xattrs and fallocate included, is crash-tested here.
+#[test]
+fn crash_every_template_once() {
+    let all = workload::seq1();
+    let mut chosen = Vec::new();
+    for (index, template) in workload::op_templates().iter().enumerate() {
+        let group: Vec<_> = all
+            .iter()
+            .filter(|w| w.ops[0].to_string() == template.to_string())
+            .collect();
+        assert!(!group.is_empty(), "template {template} gives no workload");
+        chosen.push(group[index % group.len()].clone());
+    }
+    let tally = suite::crash_run(&chosen, &fast_config()).unwrap();
+    judge("every template once", &tally);
+}
+
 // Explores a sample of the two-op workloads and one random workload.
 #[test]
 fn crash_seq2_and_random_sample() {
