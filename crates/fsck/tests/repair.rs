@@ -292,7 +292,10 @@ fn symlink_block_with_a_bad_length_is_cleared() {
         raw[52..56].copy_from_slice(&999u32.to_le_bytes());
     });
     let said = repair_cycle(&rich.image, "does not hold bytes 0..1000");
-    assert!(said.contains(&format!("inode {}: cleared", rich.link)), "{said}");
+    assert!(
+        said.contains(&format!("inode {}: cleared", rich.link)),
+        "{said}"
+    );
     assert!(said.contains("removed entry 'link'"), "{said}");
     let (_device, fs) = mount_file(&rich.image.path);
     assert!(fs.lookup(fs.root(), b"link").is_err());
@@ -376,6 +379,54 @@ fn disconnected_directory() {
         .unwrap();
     assert_eq!(a.inode, image.a);
     assert!(fs.lookup(a.inode, b"b").is_ok());
+    fs.unmount().unwrap();
+}
+
+// Three hundred disconnected files do not fit a short-form /lost+found: it is rewritten in
+// block form with a hash index, and every file is attached. A directory disconnected later
+// is added to the block-form /lost+found.
+#[test]
+fn many_disconnected_files_go_to_a_block_form_lost_found() {
+    let image = populated();
+    // `big` forgets its 300 entries: it becomes an empty short-form directory.
+    edit_inode(&image, image.big, |core, fork| {
+        let bytes = ShortformDir {
+            parent: image.root,
+            entries: Vec::new(),
+        }
+        .encode()
+        .unwrap();
+        fork.fill(0);
+        fork[..bytes.len()].copy_from_slice(&bytes);
+        core.data_format = cairn_format::inode::ForkFormat::Local;
+        core.data_extent_count = 0;
+        core.block_count = 0;
+        core.size = bytes.len() as u64;
+    });
+    let said = repair_cycle(&image, "no directory names it");
+    assert!(said.contains("rewritten in block form with 300 entries"), "{said}");
+    let (_device, fs) = mount_file(&image.path);
+    let lost = fs.lookup(fs.root(), b"lost+found").unwrap().inode;
+    let listed = fs.readdir(lost, 0, 1000).unwrap();
+    assert_eq!(listed.len(), 302, "300 files, '.' and '..'");
+    let first = fs.lookup(lost, (image.big + 1).to_string().as_bytes());
+    assert!(first.is_ok());
+    fs.unmount().unwrap();
+    edit_inode(&image, image.root, |core, fork| {
+        let mut sf = ShortformDir::decode(&fork[..core.size as usize]).unwrap();
+        sf.entries.retain(|e| e.name != b"a");
+        let bytes = sf.encode().unwrap();
+        fork.fill(0);
+        fork[..bytes.len()].copy_from_slice(&bytes);
+        core.size = bytes.len() as u64;
+    });
+    let said = repair_cycle(&image, "not reachable from the root");
+    assert!(said.contains("rewritten in block form with 301 entries"), "{said}");
+    let (_device, fs) = mount_file(&image.path);
+    let lost = fs.lookup(fs.root(), b"lost+found").unwrap().inode;
+    let a = fs.lookup(lost, image.a.to_string().as_bytes()).unwrap();
+    assert!(fs.lookup(a.inode, b"f2").is_ok());
+    assert_eq!(fs.readdir(lost, 0, 1000).unwrap().len(), 303);
     fs.unmount().unwrap();
 }
 

@@ -17,6 +17,7 @@
 
 mod inodes;
 mod log;
+mod lost_found;
 mod names;
 mod space;
 

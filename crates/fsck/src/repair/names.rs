@@ -1,7 +1,8 @@
 //! Phase 2 of repair: the namespace. Entries naming a free inode, of the wrong type, with a
 //! bad name, or giving a directory a second parent are removed; a directory that cannot be
 //! read is emptied; inodes no longer reachable from the root are moved into `/lost+found`
-//! (created when absent: root's, mode 0700) under their inode number; `..` is set to the one
+//! (created when absent: root's, mode 0700; rewritten in block form by `lost_found.rs` when
+//! its entries do not fit in place) under their inode number; `..` is set to the one
 //! parent; block directories get their hash index rebuilt when it disagrees with their
 //! entries; link counts are set to the entries naming each inode.
 
@@ -31,10 +32,10 @@ const FIRST_TAG: u32 = (DIR_DATA_HEADER_SIZE + dir_entry_bytes(8) + dir_entry_by
 
 /// One entry as repair moves it around.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Named {
-    name: Vec<u8>,
-    inode: u64,
-    file_type: FileType,
+pub(super) struct Named {
+    pub(super) name: Vec<u8>,
+    pub(super) inode: u64,
+    pub(super) file_type: FileType,
     address: u32,
 }
 
@@ -65,6 +66,10 @@ pub(crate) struct NamePlan {
     nlink: BTreeMap<u64, u32>,
     recorded_nlink: BTreeMap<u64, u32>,
     root: u64,
+    /// Unclaimed block runs, for a lost+found that needs blocks.
+    free_runs: Vec<(u64, u64)>,
+    /// lost+found, when it must be rewritten in block form to hold its entries.
+    rebuild: Option<u64>,
 }
 
 fn named(listing: &Listing) -> Vec<Named> {
@@ -151,6 +156,7 @@ impl Repairer<'_> {
             }
         }
         plan.free_slot = free_slot(survey);
+        plan.free_runs = super::lost_found::free_runs(survey);
         plan
     }
 
@@ -168,24 +174,39 @@ impl Repairer<'_> {
                 *references.entry(entry.inode).or_default() += 1;
             }
         }
+        let mut named_by: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+        for (&dir, entries) in &plan.listings {
+            for entry in entries {
+                named_by.entry(entry.inode).or_default().insert(dir);
+            }
+        }
         let mut reached = reach(plan.root, &plan.listings);
-        while let Some((&inode, seen)) = survey.inodes.iter().find(|(n, s)| {
-            !reached.contains(n)
-                && !unlinked.contains(n)
-                && !plan.orphans.contains(n)
-                && (s.file_type == FileType::Directory || !references.contains_key(n))
-                && !plan.lost.iter().any(|(l, _)| l == *n)
-        }) {
+        // One pass in inode order: what is reached only grows, so an inode passed over
+        // never qualifies later.
+        for (&inode, seen) in &survey.inodes {
+            let candidate = !reached.contains(&inode)
+                && !unlinked.contains(&inode)
+                && (seen.file_type == FileType::Directory || !references.contains_key(&inode));
+            if !candidate {
+                continue;
+            }
             if seen.nlink == 0 && !references.contains_key(&inode) {
                 plan.orphans.push(inode);
                 continue;
             }
             // A directory named by another unreachable directory (a cycle) is cut from it.
-            for (&dir, entries) in plan.listings.iter_mut() {
+            for dir in named_by.get(&inode).into_iter().flatten() {
+                let Some(entries) = plan.listings.get_mut(dir) else {
+                    continue;
+                };
                 if let Some(index) = entries.iter().position(|e| e.inode == inode) {
                     let entry = entries.remove(index);
                     let why = "cut from an unreachable cycle".to_string();
-                    plan.edits.entry(dir).or_default().remove.push((entry, why));
+                    plan.edits
+                        .entry(*dir)
+                        .or_default()
+                        .remove
+                        .push((entry, why));
                 }
             }
             plan.lost.push((inode, seen.file_type));
@@ -213,8 +234,9 @@ impl Repairer<'_> {
                 *links.entry(inode).or_default() += 1;
             }
         }
+        let orphans: BTreeSet<u64> = plan.orphans.iter().copied().collect();
         for (&inode, seen) in &survey.inodes {
-            if unlinked.contains(&inode) || plan.orphans.contains(&inode) {
+            if unlinked.contains(&inode) || orphans.contains(&inode) {
                 continue;
             }
             let wanted = links.get(&inode).copied().unwrap_or(0);
@@ -264,7 +286,14 @@ impl Repairer<'_> {
         if !plan.lost.is_empty() {
             self.move_to_lost_found(&mut plan)?;
         }
-        let edits = std::mem::take(&mut plan.edits);
+        let mut edits = std::mem::take(&mut plan.edits);
+        if let Some(dir) = plan.rebuild {
+            for (entry, why) in edits.remove(&dir).map(|e| e.remove).unwrap_or_default() {
+                let name = String::from_utf8_lossy(&entry.name);
+                self.action(format!("directory {dir}: removed entry '{name}' ({why})"));
+            }
+            self.rebuild_lost_found(dir, &mut plan)?;
+        }
         for (dir, edit) in edits {
             let Some(source) = plan.sources.get(&dir).cloned() else {
                 continue;
@@ -345,6 +374,34 @@ impl Repairer<'_> {
         let current = plan.recorded_nlink.get(&lost_found).copied().unwrap_or(2);
         let base = plan.nlink.get(&lost_found).copied().unwrap_or(current);
         plan.nlink.insert(lost_found, base + subdirs);
+        let entries = plan
+            .listings
+            .get(&lost_found)
+            .map_or(&[][..], Vec::as_slice);
+        let fits = match plan.sources.get(&lost_found) {
+            Some(DirSource::Short(_)) => self.short_form_fits(lost_found, entries)?,
+            _ => false,
+        };
+        if !fits {
+            plan.rebuild = Some(lost_found);
+        }
+        Ok(())
+    }
+
+    /// Rewrites lost+found in block form holding every entry of its listing.
+    fn rebuild_lost_found(&mut self, dir: u64, plan: &mut NamePlan) -> Result<(), RepairError> {
+        let entries = plan.listings.get(&dir).cloned().unwrap_or_default();
+        let old_blocks = match plan.sources.get(&dir) {
+            Some(DirSource::Blocks(extents)) => extents.iter().map(|e| u64::from(e.length)).sum(),
+            _ => 0,
+        };
+        let extents =
+            self.write_block_directory(dir, plan.root, &entries, old_blocks, &mut plan.free_runs)?;
+        plan.sources.insert(dir, DirSource::Blocks(extents));
+        self.action(format!(
+            "/lost+found: rewritten in block form with {} entries",
+            entries.len()
+        ));
         Ok(())
     }
 
@@ -642,7 +699,7 @@ impl Repairer<'_> {
 }
 
 /// Index records for (hash, address) pairs: each under the first free key from its hash.
-fn probe_records(mut entries: Vec<(u32, u32)>) -> Vec<DirHashRecord> {
+pub(super) fn probe_records(mut entries: Vec<(u32, u32)>) -> Vec<DirHashRecord> {
     entries.sort_unstable();
     let mut taken = BTreeSet::new();
     let mut records = Vec::with_capacity(entries.len());
@@ -658,7 +715,7 @@ fn probe_records(mut entries: Vec<(u32, u32)>) -> Vec<DirHashRecord> {
 }
 
 /// The tag cairn-fs gives the next short-form entry (the address it would have in block form).
-fn next_tag(dir: &ShortformDir, name_len: usize, block_size: u32) -> Option<u16> {
+pub(super) fn next_tag(dir: &ShortformDir, name_len: usize, block_size: u32) -> Option<u16> {
     let needed = dir_entry_bytes(name_len);
     let position = match dir.entries.last() {
         None => FIRST_TAG,
