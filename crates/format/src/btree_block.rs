@@ -321,11 +321,13 @@ impl OnDisk for FreeSpaceRecord {
     const SIZE: usize = 8;
     const NAME: &'static str = "free-space record";
 
+    #[inline]
     fn encode(&self, out: &mut [u8]) {
         put_u32(out, 0, self.start.0);
         put_u32(out, 4, self.length);
     }
 
+    #[inline]
     fn decode(raw: &[u8]) -> Result<Self, FormatError> {
         need(Self::NAME, raw, Self::SIZE)?;
         let (start, length) = (get_u32(raw, 0), get_u32(raw, 4));
@@ -365,10 +367,12 @@ impl OnDisk for BnoKey {
     const SIZE: usize = 4;
     const NAME: &'static str = "free-space-by-block key";
 
+    #[inline]
     fn encode(&self, out: &mut [u8]) {
         put_u32(out, 0, self.start.0);
     }
 
+    #[inline]
     fn decode(raw: &[u8]) -> Result<Self, FormatError> {
         need(Self::NAME, raw, Self::SIZE)?;
         Ok(Self {
@@ -389,11 +393,13 @@ impl OnDisk for CntKey {
     const SIZE: usize = 8;
     const NAME: &'static str = "free-space-by-length key";
 
+    #[inline]
     fn encode(&self, out: &mut [u8]) {
         put_u32(out, 0, self.length);
         put_u32(out, 4, self.start.0);
     }
 
+    #[inline]
     fn decode(raw: &[u8]) -> Result<Self, FormatError> {
         need(Self::NAME, raw, Self::SIZE)?;
         Ok(Self {

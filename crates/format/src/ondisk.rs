@@ -27,6 +27,7 @@ pub trait OnDisk: Sized {
 }
 
 /// Fails with `TooShort` unless `raw` holds at least `needed` bytes.
+#[inline]
 pub fn need(structure: &'static str, raw: &[u8], needed: usize) -> Result<(), FormatError> {
     if raw.len() < needed {
         return Err(FormatError::TooShort {
@@ -39,57 +40,68 @@ pub fn need(structure: &'static str, raw: &[u8], needed: usize) -> Result<(), Fo
 }
 
 /// Reads a little-endian `u16` at `at`. The caller has checked the length with `need`.
+#[inline]
 pub fn get_u16(raw: &[u8], at: usize) -> u16 {
     let mut b = [0u8; 2];
     b.copy_from_slice(&raw[at..at + 2]);
     u16::from_le_bytes(b)
 }
 
+#[inline]
 pub fn get_u32(raw: &[u8], at: usize) -> u32 {
     let mut b = [0u8; 4];
     b.copy_from_slice(&raw[at..at + 4]);
     u32::from_le_bytes(b)
 }
 
+#[inline]
 pub fn get_u64(raw: &[u8], at: usize) -> u64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&raw[at..at + 8]);
     u64::from_le_bytes(b)
 }
 
+#[inline]
 pub fn get_i64(raw: &[u8], at: usize) -> i64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&raw[at..at + 8]);
     i64::from_le_bytes(b)
 }
 
+#[inline]
 pub fn get_bytes<const N: usize>(raw: &[u8], at: usize) -> [u8; N] {
     let mut b = [0u8; N];
     b.copy_from_slice(&raw[at..at + N]);
     b
 }
 
+#[inline]
 pub fn put_u16(out: &mut [u8], at: usize, v: u16) {
     out[at..at + 2].copy_from_slice(&v.to_le_bytes());
 }
 
+#[inline]
 pub fn put_u32(out: &mut [u8], at: usize, v: u32) {
     out[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
+#[inline]
 pub fn put_u64(out: &mut [u8], at: usize, v: u64) {
     out[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
+#[inline]
 pub fn put_i64(out: &mut [u8], at: usize, v: i64) {
     out[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
+#[inline]
 pub fn put_bytes(out: &mut [u8], at: usize, v: &[u8]) {
     out[at..at + v.len()].copy_from_slice(v);
 }
 
 /// Builds the `BadField` error every codec reports for a rejected field.
+#[cold]
 pub fn bad_field(
     structure: &'static str,
     block: u64,
@@ -107,10 +119,12 @@ pub fn bad_field(
 }
 
 /// Reads a byte at `at`. The caller has checked the length with `need`.
+#[inline]
 pub fn get_u8(raw: &[u8], at: usize) -> u8 {
     raw[at]
 }
 
+#[inline]
 pub fn put_u8(out: &mut [u8], at: usize, v: u8) {
     out[at] = v;
 }
