@@ -6,7 +6,7 @@
 //! `invalidate(block)` is `invalidate_buf(..)`. Each tree family supplies `TreeContext` on top
 //! (the AG trees take blocks from the AG free list, file trees from the allocator).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use cairn_bufcache::{BufGuard, BufKey, BufferCache, ReadSpec};
 use cairn_format::FsBlock;
@@ -55,7 +55,9 @@ pub trait TreeContext<'c>: Buffers<'c> {
 #[derive(Debug)]
 pub struct CacheContext<'c> {
     cache: &'c BufferCache,
-    held: HashMap<u64, BufGuard<'c>>,
+    /// Keyed by block number; Fx rather than SipHash because a lookup per tree step is on
+    /// every search's path and the keys are our own block numbers, not hostile input.
+    held: FxHashMap<u64, BufGuard<'c>>,
     pool: Vec<FsBlock>,
     freed: Vec<FsBlock>,
 }
@@ -70,7 +72,7 @@ impl<'c> CacheContext<'c> {
     pub fn with_pool(cache: &'c BufferCache, pool: Vec<FsBlock>) -> Self {
         Self {
             cache,
-            held: HashMap::new(),
+            held: FxHashMap::default(),
             pool,
             freed: Vec::new(),
         }
