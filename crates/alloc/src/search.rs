@@ -155,7 +155,11 @@ pub(crate) fn near<'c, B: Buffers<'c>>(
         right = step_right(ctx, space, search, right)?;
         length_key = probe_length(ctx, space, search, length_key)?;
         search.probes_done = length_key.is_none();
-        if search.exact_hit() || (left.is_none() && right.is_none() && length_key.is_none()) {
+        // With both walks over and a full-length candidate in hand, the walks have seen every
+        // extent nearer than it, so no probe can find better: each would only touch one more
+        // by-length leaf (a cache miss on a large AG).
+        let walks_over = left.is_none() && right.is_none();
+        if search.exact_hit() || (walks_over && (search.probes_done || search.full())) {
             return Ok(());
         }
     }
