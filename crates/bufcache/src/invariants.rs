@@ -69,7 +69,7 @@ impl BufferCache {
     }
 
     /// This thread's slots for `ag` (other threads' are not reachable from here): each is the
-    /// right slot for its buffer; a live occupant is the index's entry for its key; after a
+    /// right slot for its buffer and keeps a copy of its key; a live occupant is the index's entry for its key; after a
     /// sweep at the current generation no occupant is stale or dead.
     fn check_slots(&self, ag: usize, index: &crate::shard::Index) -> Result<(), BufCacheError> {
         let generation = self.shards[ag].generation();
@@ -78,6 +78,9 @@ impl BufferCache {
         };
         if slots.slot_count != 0 && slots.slot_count != self.config.lookaside_slots as usize {
             return broken(format!("AG {ag} has the wrong number of slots"));
+        }
+        if !slots.keys_match {
+            return broken(format!("AG {ag} has a slot whose key is not its buffer's"));
         }
         for (slot, buffer) in slots.entries {
             let live = buffer.load_state() & (STALE | DEAD) == 0;

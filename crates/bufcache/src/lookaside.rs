@@ -38,12 +38,40 @@ const CACHES_PER_THREAD: usize = 8;
 /// Cache ids, never reused, so a table left by a dropped cache never matches a new one.
 static NEXT_CACHE_ID: AtomicU64 = AtomicU64::new(1);
 
-#[derive(Debug, Default)]
+/// The key of an empty slot: no lookup asks for 0 blocks.
+const EMPTY_KEY: BufKey = BufKey {
+    block: cairn_format::FsBlock(0),
+    block_count: 0,
+};
+
+#[derive(Debug)]
 struct Slot {
+    /// A copy of the occupant's key (`EMPTY_KEY` when empty), so a slot miss is decided
+    /// without touching the occupant's memory.
+    key: BufKey,
     buffer: Option<Arc<Buffer>>,
     /// The last rival (AG block + 1) in the high half, its run of index hits in the low
     /// half; 0 after a hit of the occupant or a fill.
     rival: u64,
+}
+
+impl Slot {
+    const EMPTY: Self = Self {
+        key: EMPTY_KEY,
+        buffer: None,
+        rival: 0,
+    };
+
+    fn empty(&mut self) {
+        self.key = EMPTY_KEY;
+        self.buffer = None;
+    }
+
+    fn fill(&mut self, buffer: &Arc<Buffer>) {
+        self.key = buffer.key;
+        self.buffer = Some(Arc::clone(buffer));
+        self.rival = 0;
+    }
 }
 
 #[derive(Debug, Default)]
@@ -83,6 +111,8 @@ pub(crate) struct ThreadSlots {
     /// Swept at the AG's current generation: no occupant may be stale or dead.
     pub(crate) swept: bool,
     pub(crate) slot_count: usize,
+    /// Every slot's key copy is its occupant's key (`EMPTY_KEY` when empty).
+    pub(crate) keys_match: bool,
     pub(crate) entries: Vec<(usize, Arc<Buffer>)>,
 }
 
@@ -112,7 +142,7 @@ impl AgTable {
         let mut dropped = 0;
         for slot in self.slots.iter_mut() {
             if slot.buffer.as_deref().is_some_and(|b| !is_live(b)) {
-                slot.buffer = None;
+                slot.empty();
                 dropped += 1;
             }
         }
@@ -214,7 +244,10 @@ impl Lookaside {
         let slot_index = self.slot_index_checked(ag_block)?;
         self.with_ag(ag, generation, stats, false, |table| {
             let slot = table.slots.get_mut(slot_index)?;
-            let buffer = slot.buffer.as_ref().filter(|b| b.key == key)?;
+            if slot.key != key {
+                return None;
+            }
+            let buffer = slot.buffer.as_ref()?;
             if hold(buffer) {
                 let buffer = Arc::clone(buffer);
                 if slot.rival != 0 {
@@ -222,7 +255,7 @@ impl Lookaside {
                 }
                 return Some(buffer);
             }
-            slot.buffer = None;
+            slot.empty();
             stats.bump(Counter::LookasideRemoves);
             None
         })
@@ -246,8 +279,9 @@ impl Lookaside {
             table
                 .slots
                 .get(slot_index)
+                .filter(|slot| slot.key == key)
                 .and_then(|slot| slot.buffer.as_deref())
-                .is_some_and(|b| b.key == key && is_live(b))
+                .is_some_and(is_live)
         })
         .unwrap_or(false)
     }
@@ -268,7 +302,7 @@ impl Lookaside {
         let slot_count = self.slot_count as usize;
         self.with_ag(ag, generation, stats, true, |table| {
             if table.slots.is_empty() {
-                table.slots = (0..slot_count).map(|_| Slot::default()).collect();
+                table.slots = (0..slot_count).map(|_| Slot::EMPTY).collect();
             }
             let slot = &mut table.slots[slot_index];
             let take = match (&slot.buffer, fill) {
@@ -283,8 +317,7 @@ impl Lookaside {
                 }
             };
             if take {
-                slot.buffer = Some(Arc::clone(buffer));
-                slot.rival = 0;
+                slot.fill(buffer);
                 stats.bump(Counter::LookasideInserts);
             }
         });
@@ -307,7 +340,7 @@ impl Lookaside {
             if let Some(slot) = table.slots.get_mut(slot_index)
                 && slot.buffer.as_ref().is_some_and(|b| Arc::ptr_eq(b, buffer))
             {
-                slot.buffer = None;
+                slot.empty();
                 stats.bump(Counter::LookasideRemoves);
             }
         });
@@ -328,9 +361,14 @@ impl Lookaside {
                 .enumerate()
                 .filter_map(|(i, slot)| slot.buffer.clone().map(|b| (i, b)))
                 .collect();
+            let keys_match = ag_table
+                .slots
+                .iter()
+                .all(|slot| slot.key == slot.buffer.as_ref().map_or(EMPTY_KEY, |b| b.key));
             Some(ThreadSlots {
                 swept: ag_table.generation_seen == generation.load(Ordering::Acquire),
                 slot_count: ag_table.slots.len(),
+                keys_match,
                 entries,
             })
         };
