@@ -25,7 +25,10 @@ struct Bounds {
     extra_points_max: Option<usize>,
 }
 
-fn parse_args() -> Result<Bounds, String> {
+const USAGE: &str = "usage: cairn-crashtest [--quick] [--stride N] [--extra-points N]";
+
+/// The bounds asked for, or `None` when the user asked for help.
+fn parse_args() -> Result<Option<Bounds>, String> {
     let mut bounds = Bounds {
         stride: 1,
         extra_points_max: None,
@@ -45,15 +48,11 @@ fn parse_args() -> Result<Bounds, String> {
             }
             "--stride" => bounds.stride = number("--stride")?,
             "--extra-points" => bounds.extra_points_max = Some(number("--extra-points")?),
-            "--help" | "-h" => {
-                return Err(
-                    "usage: cairn-crashtest [--quick] [--stride N] [--extra-points N]".into(),
-                );
-            }
-            other => return Err(format!("unknown argument {other:?}")),
+            "--help" | "-h" => return Ok(None),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
-    Ok(bounds)
+    Ok(Some(bounds))
 }
 
 fn run(bounds: Bounds) -> Result<Tally, CrashError> {
@@ -89,7 +88,11 @@ fn run(bounds: Bounds) -> Result<Tally, CrashError> {
 
 fn main() -> ExitCode {
     let bounds = match parse_args() {
-        Ok(bounds) => bounds,
+        Ok(Some(bounds)) => bounds,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(message) => {
             eprintln!("cairn-crashtest: {message}");
             return ExitCode::from(2);
