@@ -15,6 +15,7 @@ use cairn_format::{
 };
 
 use crate::namespace::{InodeSeen, Names};
+use crate::progress::Progress;
 use crate::report::{Problem, Report};
 
 /// A range of blocks some structure says it owns.
@@ -74,6 +75,8 @@ pub struct Checker<'a> {
     /// cannot be walked, and keep `findings`.
     pub repairing: bool,
     pub(crate) findings: Findings,
+    /// The progress line (hidden unless the caller gives one).
+    pub progress: Progress,
 }
 
 /// Per-AG totals gathered for the superblock counter check.
@@ -99,6 +102,7 @@ impl<'a> Checker<'a> {
             file_extent_counts: Vec::new(),
             repairing: false,
             findings: Findings::default(),
+            progress: Progress::hidden(),
         }
     }
 
@@ -110,12 +114,15 @@ impl<'a> Checker<'a> {
 
     /// Runs every phase, keeping what was gathered (claims, inodes, findings).
     pub(crate) fn run_phases(&mut self) {
+        self.progress.phase("log", self.geometry.ag_count);
         self.check_log();
         let totals = self.scan_ags();
         let log_start = self.geometry.log_start;
         self.claim(log_start, u64::from(self.geometry.log_blocks), "log");
         self.check_root_inode();
+        self.progress.label("namespace");
         self.check_namespace();
+        self.progress.label("accounting");
         self.check_claims();
         self.check_counters(totals);
     }
@@ -123,8 +130,10 @@ impl<'a> Checker<'a> {
     /// Checks every AG's headers, trees and inodes; returns the summed totals.
     pub(crate) fn scan_ags(&mut self) -> AgTotals {
         let mut totals = AgTotals::default();
+        self.progress.phase("AGs, inodes", self.geometry.ag_count);
         for ag in 0..self.geometry.ag_count {
             let ag_totals = self.check_ag(ag);
+            self.progress.ags_done(ag + 1, self.report.inodes_checked);
             totals.free_blocks += ag_totals.free_blocks;
             totals.inodes += ag_totals.inodes;
             totals.free_inodes += ag_totals.free_inodes;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::repair::{Mode, Outcome, repair_path};
-use crate::{FsckError, Report, check_path};
+use crate::{FsckError, Progress, Report, check_path};
 
 /// fsck(8) exit codes.
 pub const EXIT_CLEAN: u8 = 0;
@@ -63,9 +63,16 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 
 /// Checks as `args` say, prints the outcome and returns the fsck(8) exit code.
 pub fn run(args: &Args) -> u8 {
+    let progress = if args.quiet {
+        Progress::hidden()
+    } else {
+        Progress::on_terminal()
+    };
     if args.yes || args.preen {
         let mode = if args.yes { Mode::Yes } else { Mode::Preen };
-        return match repair_path(&args.device, args.buffered, mode) {
+        let repaired = repair_path(&args.device, args.buffered, mode, &progress);
+        progress.finish();
+        return match repaired {
             Ok(outcome) => print_outcome(args, &outcome),
             Err(FsckError::Device(err)) => {
                 eprintln!(
@@ -76,7 +83,9 @@ pub fn run(args: &Args) -> u8 {
             }
         };
     }
-    match check_path(&args.device, args.buffered) {
+    let checked = check_path(&args.device, args.buffered, &progress);
+    progress.finish();
+    match checked {
         Ok(report) => {
             print_report(args, &report);
             if report.is_clean() {

@@ -10,7 +10,8 @@
 //! Repair owns the phases that bring a damaged filesystem back: log replay (through cairn-fs;
 //! a log that cannot be replayed is discarded with `-y`, replaced by a clean log whose LSN is
 //! above every metadata LSN), inodes, the namespace (with `/lost+found`), then every AG's
-//! trees and headers rebuilt from what the inodes claim (see `repair/mod.rs`).
+//! trees and headers rebuilt from what the inodes claim (see `repair/mod.rs`). While it runs,
+//! a progress line (phase, AGs done, inodes checked) is drawn on stderr if it is a terminal.
 //! Invariants:
 //! - checking never writes to the device (it is opened read-only);
 //! - repair writes only after a check found problems, only to a device it holds exclusively
@@ -30,6 +31,7 @@ mod log_check;
 mod logprint;
 mod namespace;
 pub mod probe;
+pub mod progress;
 pub mod repair;
 pub mod report;
 pub mod snoop;
@@ -42,6 +44,7 @@ use std::path::Path;
 
 use cairn_blockdev::DeviceError;
 
+pub use progress::Progress;
 pub use report::{Problem, Report};
 
 /// Why a check could not run at all (as opposed to finding problems).
@@ -52,17 +55,21 @@ pub enum FsckError {
     Device(#[from] DeviceError),
 }
 
-/// Checks the filesystem on `path`. Problems are in the report; `Err` means the device could
-/// not be read at all.
-pub fn check_path(path: &Path, buffered: bool) -> Result<Report, FsckError> {
+/// Checks the filesystem on `path`, showing `progress`. Problems are in the report; `Err`
+/// means the device could not be read at all.
+pub fn check_path(path: &Path, buffered: bool, progress: &Progress) -> Result<Report, FsckError> {
     let opened = probe::open(path, buffered)?;
-    Ok(check_opened(&opened))
+    Ok(check_opened(&opened, progress))
 }
 
 /// Checks an opened device whose primary superblock has been read.
-pub fn check_opened(opened: &probe::Opened) -> Report {
+pub fn check_opened(opened: &probe::Opened, progress: &Progress) -> Report {
     match &opened.primary {
-        Ok(sb) => check::Checker::new(&opened.device, sb.clone()).run(),
+        Ok(sb) => {
+            let mut checker = check::Checker::new(&opened.device, sb.clone());
+            checker.progress = progress.clone();
+            checker.run()
+        }
         Err(err) => {
             let mut report = Report::default();
             report.add(Problem::from_format(0, err));

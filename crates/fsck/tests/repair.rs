@@ -404,7 +404,10 @@ fn many_disconnected_files_go_to_a_block_form_lost_found() {
         core.size = bytes.len() as u64;
     });
     let said = repair_cycle(&image, "no directory names it");
-    assert!(said.contains("rewritten in block form with 300 entries"), "{said}");
+    assert!(
+        said.contains("rewritten in block form with 300 entries"),
+        "{said}"
+    );
     let (_device, fs) = mount_file(&image.path);
     let lost = fs.lookup(fs.root(), b"lost+found").unwrap().inode;
     let listed = fs.readdir(lost, 0, 1000).unwrap();
@@ -421,7 +424,10 @@ fn many_disconnected_files_go_to_a_block_form_lost_found() {
         core.size = bytes.len() as u64;
     });
     let said = repair_cycle(&image, "not reachable from the root");
-    assert!(said.contains("rewritten in block form with 301 entries"), "{said}");
+    assert!(
+        said.contains("rewritten in block form with 301 entries"),
+        "{said}"
+    );
     let (_device, fs) = mount_file(&image.path);
     let lost = fs.lookup(fs.root(), b"lost+found").unwrap().inode;
     let a = fs.lookup(lost, image.a.to_string().as_bytes()).unwrap();

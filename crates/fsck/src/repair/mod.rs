@@ -31,6 +31,7 @@ use cairn_format::{FormatError, FsBlock, Geometry, Superblock};
 use crate::FsckError;
 use crate::check::Checker;
 use crate::probe;
+use crate::progress::Progress;
 use crate::report::{Problem, Report};
 
 /// How far repair may go.
@@ -87,6 +88,7 @@ pub(crate) struct Repairer<'a> {
     pub uuid: [u8; 16],
     pub superblock: Superblock,
     pub mode: Mode,
+    pub progress: Progress,
     pub actions: Vec<String>,
     pub skipped: Vec<String>,
 }
@@ -128,6 +130,7 @@ impl Repairer<'_> {
     /// A check run that keeps what repair needs.
     fn survey(&self) -> Checker<'_> {
         let mut checker = Checker::new(self.device, self.superblock.clone());
+        checker.progress = self.progress.clone();
         checker.repairing = true;
         checker.run_phases();
         checker
@@ -153,9 +156,15 @@ impl Repairer<'_> {
     }
 }
 
-/// Repairs the filesystem on `path` as `mode` allows. `Err` means the device could not be
-/// opened or read at all (a mounted or otherwise held device is refused here).
-pub fn repair_path(path: &Path, buffered: bool, mode: Mode) -> Result<Outcome, FsckError> {
+/// Repairs the filesystem on `path` as `mode` allows, showing `progress`. `Err` means the
+/// device could not be opened or read at all (a mounted or otherwise held device is refused
+/// here).
+pub fn repair_path(
+    path: &Path,
+    buffered: bool,
+    mode: Mode,
+    progress: &Progress,
+) -> Result<Outcome, FsckError> {
     let opened = probe::open_writable(path, buffered)?;
     let sb = match &opened.primary {
         Ok(sb) => sb.clone(),
@@ -175,7 +184,7 @@ pub fn repair_path(path: &Path, buffered: bool, mode: Mode) -> Result<Outcome, F
         Ok(sb) => sb,
         Err(_) => sb,
     };
-    let before = crate::check_opened(&opened);
+    let before = crate::check_opened(&opened, progress);
     let mut outcome = Outcome {
         before: before.clone(),
         after: before,
@@ -190,6 +199,7 @@ pub fn repair_path(path: &Path, buffered: bool, mode: Mode) -> Result<Outcome, F
         uuid: sb.uuid(),
         superblock: sb,
         mode,
+        progress: progress.clone(),
         actions: std::mem::take(&mut outcome.actions),
         skipped: Vec::new(),
     };
@@ -200,7 +210,11 @@ pub fn repair_path(path: &Path, buffered: bool, mode: Mode) -> Result<Outcome, F
     outcome.skipped = repairer.skipped;
     // The superblock was rewritten: the final check reads it afresh.
     outcome.after = match probe::read_primary(&opened.device)? {
-        Ok(sb) => Checker::new(&opened.device, sb).run(),
+        Ok(sb) => {
+            let mut checker = Checker::new(&opened.device, sb);
+            checker.progress = progress.clone();
+            checker.run()
+        }
         Err(err) => {
             let mut report = Report::default();
             report.add(Problem::from_format(0, &err));
