@@ -7,14 +7,12 @@
 //! Then the published delayed-logging workload, at library level through `cairn-fs`: create
 //! `JOURNAL_BENCH_FILES` (default 100,000) zero-length files, then unlink them, on a 1 GiB
 //! memory device formatted by `cairn_mkfs` with the default log (32 MiB), in both log modes.
-//! The published run puts every file in one directory; cairn's block directories are still
-//! searched linearly (creates fall to ~1,000/s at 10,000 entries), so the files are spread
-//! over directories of `JOURNAL_BENCH_FILES_PER_DIR` (default 1,000), made before the
-//! measured phases. Runs are interleaved (delayed, sync, delayed, sync, ...) for
-//! `JOURNAL_BENCH_ROUNDS` rounds (default 3); each phase ends with `sync()` so the last
-//! checkpoint is counted. Printed: log bytes per operation and operations per second for each
-//! mode and phase, median (min-max), and the delayed/sync ratios. `JOURNAL_BENCH_FILES=0`
-//! skips the workload.
+//! The files go into directories of `JOURNAL_BENCH_FILES_PER_DIR` (default 100,000: one
+//! directory, the published run's shape), made before the measured phases. Runs are
+//! interleaved (delayed, sync, delayed, sync, ...) for `JOURNAL_BENCH_ROUNDS` rounds
+//! (default 3); each phase ends with `sync()` so the last checkpoint is counted. Printed: log
+//! bytes per operation and operations per second for each mode and phase, median (min-max),
+//! and the delayed/sync ratios. `JOURNAL_BENCH_FILES=0` skips the workload.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -32,7 +30,7 @@ const SECTOR: u32 = 4096;
 const WORKLOAD_FS_BYTES: u64 = 1 << 30;
 const COMMIT_FS_BYTES: u64 = 64 << 20;
 const FILES_DEFAULT: u64 = 100_000;
-const FILES_PER_DIR_DEFAULT: u64 = 1_000;
+const FILES_PER_DIR_DEFAULT: u64 = 100_000;
 const ROUNDS_DEFAULT: usize = 3;
 
 /// A memory device of `fs_bytes` formatted with the default options (default log size). The
