@@ -389,20 +389,7 @@ fn disconnected_directory() {
 fn many_disconnected_files_go_to_a_block_form_lost_found() {
     let image = populated();
     // `big` forgets its 300 entries: it becomes an empty short-form directory.
-    edit_inode(&image, image.big, |core, fork| {
-        let bytes = ShortformDir {
-            parent: image.root,
-            entries: Vec::new(),
-        }
-        .encode()
-        .unwrap();
-        fork.fill(0);
-        fork[..bytes.len()].copy_from_slice(&bytes);
-        core.data_format = cairn_format::inode::ForkFormat::Local;
-        core.data_extent_count = 0;
-        core.block_count = 0;
-        core.size = bytes.len() as u64;
-    });
+    forget_entries(&image, image.big, image.root);
     let said = repair_cycle(&image, "no directory names it");
     assert!(
         said.contains("rewritten in block form with 300 entries"),
@@ -433,6 +420,58 @@ fn many_disconnected_files_go_to_a_block_form_lost_found() {
     let a = fs.lookup(lost, image.a.to_string().as_bytes()).unwrap();
     assert!(fs.lookup(a.inode, b"f2").is_ok());
     assert_eq!(fs.readdir(lost, 0, 1000).unwrap().len(), 303);
+    fs.unmount().unwrap();
+}
+
+/// Makes directory `dir` an empty short-form directory (its entries forgotten).
+fn forget_entries(image: &Image, dir: u64, parent: u64) {
+    edit_inode(image, dir, |core, fork| {
+        let bytes = ShortformDir {
+            parent,
+            entries: Vec::new(),
+        }
+        .encode()
+        .unwrap();
+        fork.fill(0);
+        fork[..bytes.len()].copy_from_slice(&bytes);
+        core.data_format = cairn_format::inode::ForkFormat::Local;
+        core.data_extent_count = 0;
+        core.block_count = 0;
+        core.size = bytes.len() as u64;
+    });
+}
+
+// More disconnected files than one index leaf holds: /lost+found gets a two-level hash
+// index, which cairn-fs then looks names up in and adds entries to.
+#[test]
+fn lost_found_with_a_two_level_index() {
+    let image = populated();
+    let (device, fs) = mount_file(&image.path);
+    let who = Credentials::root();
+    let many = fs.mkdir(fs.root(), b"many", 0o755, &who).unwrap().inode;
+    let mut files = Vec::new();
+    for index in 0..700 {
+        let name = format!("file-{index:04}");
+        let file = fs.create(many, name.as_bytes(), FileKind::Regular, 0o644, 0, &who);
+        files.push(file.unwrap().inode);
+    }
+    fs.unmount().unwrap();
+    std::fs::write(&image.path, device.snapshot()).unwrap();
+    forget_entries(&image, many, image.root);
+    let said = repair_cycle(&image, "no directory names it");
+    assert!(
+        said.contains("rewritten in block form with 700 entries"),
+        "{said}"
+    );
+    let (_device, fs) = mount_file(&image.path);
+    let lost = fs.lookup(fs.root(), b"lost+found").unwrap().inode;
+    for &file in &files {
+        let found = fs.lookup(lost, file.to_string().as_bytes()).unwrap();
+        assert_eq!(found.inode, file);
+    }
+    fs.create(lost, b"added-later", FileKind::Regular, 0o644, 0, &who)
+        .unwrap();
+    assert!(fs.lookup(lost, b"added-later").is_ok());
     fs.unmount().unwrap();
 }
 
