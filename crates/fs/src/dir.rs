@@ -425,7 +425,7 @@ fn to_block_form(
     new_block(fs, tx, data, map, dir.parent)?;
     let number = data.core.header.blkno;
     let marker = {
-        let mut ctx = IndexCtx { tx, fs, data, map };
+        let mut ctx = IndexCtx::new(tx, fs, data, map);
         dir_index::create(&mut ctx, number)?
     };
     set_marker(fs, tx, data, INDEX_MARKER, marker.pack())?;
@@ -462,7 +462,7 @@ fn index_insert(
     let before = index_marker(fs, tx, data)?;
     let mut tree = dir_index::open(fs, number, before)?;
     {
-        let mut ctx = IndexCtx { tx, fs, data, map };
+        let mut ctx = IndexCtx::new(tx, fs, data, map);
         dir_index::insert(&mut tree, &mut ctx, name_hash(name), address)?;
     }
     let after = before.with_tree(&tree);
@@ -671,12 +671,7 @@ pub(crate) fn remove(
     let mut tree = dir_index::open(fs, dir, before)?;
     let mut map = None;
     {
-        let mut ctx = IndexCtx {
-            tx,
-            fs,
-            data,
-            map: &mut map,
-        };
+        let mut ctx = IndexCtx::new(tx, fs, data, &mut map);
         dir_index::remove(&mut tree, &mut ctx, key, |ctx, address| {
             let entry = entry_at(ctx.fs, ctx.tx, ctx.data, address)?;
             Ok(name_hash(&entry.name))

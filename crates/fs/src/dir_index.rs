@@ -128,6 +128,88 @@ pub(crate) struct IndexCtx<'a, 'j> {
     pub data: &'a mut InodeData,
     /// The directory's map, loaded when a block is allocated or freed; stored at once.
     pub map: &'a mut Option<FileMap>,
+    /// Why the last block allocation or free failed: the tree passes on only a `TreeError`,
+    /// so the typed error waits here for `checked` (see there).
+    failure: Option<FsError>,
+}
+
+impl<'a, 'j> IndexCtx<'a, 'j> {
+    pub fn new(
+        tx: &'a mut Tx<'j>,
+        fs: &'a Filesystem,
+        data: &'a mut InodeData,
+        map: &'a mut Option<FileMap>,
+    ) -> Self {
+        Self {
+            tx,
+            fs,
+            data,
+            map,
+            failure: None,
+        }
+    }
+
+    /// The result of a tree operation run with this context, a failed block allocation or
+    /// free reported as the error that made it fail (not as the tree's `NoSpace`).
+    fn checked<T>(&mut self, result: Result<T, TreeError>) -> Result<T, FsError> {
+        let failure = self.failure.take();
+        result.map_err(|error| failure.unwrap_or_else(|| error.into()))
+    }
+
+    /// Keeps `error` for `checked`; the tree gets its text.
+    fn fail(&mut self, error: FsError) -> TreeError {
+        let tree_error = match &error {
+            FsError::NoSpace => TreeError::NoSpace {
+                why: "no free block for a directory index".into(),
+            },
+            other => TreeError::Context {
+                what: other.to_string(),
+            },
+        };
+        self.failure = Some(error);
+        tree_error
+    }
+
+    fn allocate_index_block(&mut self) -> Result<FsBlock, FsError> {
+        let map = loaded_map(self.fs, self.tx, self.data, self.map)?;
+        let mut request = Request::near(goal(self.fs, self.data, map.extents()), 1, 1);
+        request.lowest_ag = AgNumber(0);
+        let log = JournalLog(&self.fs.journal);
+        let found = self
+            .fs
+            .alloc
+            .allocate(self.tx, &log, &request)?
+            .ok_or(FsError::NoSpace)?;
+        let mapped = Extent::new(INDEX_FILE_BASE + found.fs_start.0, found.fs_start, 1, false);
+        let extent = match mapped {
+            Ok(extent) if found.fs_start.0 < 1 << 32 => extent,
+            _ => {
+                // Index pointers are 32 bits: a block above them cannot be used.
+                let sequence = free_sequence(&self.fs.journal);
+                self.fs
+                    .alloc
+                    .free(self.tx, &log, found.fs_start, 1, sequence)?;
+                return Err(FsError::NoSpace);
+            }
+        };
+        map.insert(extent);
+        self.data.core.block_count += 1;
+        map.store(self.fs, self.tx, self.data)?;
+        Ok(found.fs_start)
+    }
+
+    fn free_index_block(&mut self, block: FsBlock) -> Result<(), FsError> {
+        let map = loaded_map(self.fs, self.tx, self.data, self.map)?;
+        let start = INDEX_FILE_BASE + block.0;
+        let removed = map.cut(start, start + 1);
+        if removed.len() != 1 {
+            let number = self.data.core.header.blkno;
+            let detail = format!("index block {} not in the fork", block.0);
+            return Err(FsError::corrupt("directory index", number, detail));
+        }
+        map.store(self.fs, self.tx, self.data)?;
+        map.free(self.fs, self.tx, self.data, &removed)
+    }
 }
 
 impl std::fmt::Debug for IndexCtx<'_, '_> {
@@ -149,54 +231,21 @@ impl<'j> Buffers<'j> for IndexCtx<'_, 'j> {
     fn invalidate(&mut self, block: FsBlock, spec: &ReadSpec) -> Result<(), TreeError> {
         self.tx.invalidate(block, spec)
     }
-}
 
-fn no_space(why: impl ToString) -> TreeError {
-    TreeError::NoSpace {
-        why: why.to_string(),
+    fn holds(&mut self, block: FsBlock) -> bool {
+        self.tx.holds(block)
     }
 }
 
 impl<'j> TreeContext<'j> for IndexCtx<'_, 'j> {
     fn allocate_block(&mut self) -> Result<FsBlock, TreeError> {
-        let map = loaded_map(self.fs, self.tx, self.data, self.map).map_err(no_space)?;
-        let mut request = Request::near(goal(self.fs, self.data, map.extents()), 1, 1);
-        request.lowest_ag = AgNumber(0);
-        let log = JournalLog(&self.fs.journal);
-        let found = self
-            .fs
-            .alloc
-            .allocate(self.tx, &log, &request)
-            .map_err(no_space)?
-            .ok_or_else(|| no_space("no free block for a directory index"))?;
-        let mapped = Extent::new(INDEX_FILE_BASE + found.fs_start.0, found.fs_start, 1, false);
-        let extent = match mapped {
-            Ok(extent) if found.fs_start.0 < 1 << 32 => extent,
-            _ => {
-                let sequence = free_sequence(&self.fs.journal);
-                self.fs
-                    .alloc
-                    .free(self.tx, &log, found.fs_start, 1, sequence)
-                    .map_err(no_space)?;
-                return Err(no_space("index pointers are 32 bits"));
-            }
-        };
-        map.insert(extent);
-        self.data.core.block_count += 1;
-        map.store(self.fs, self.tx, self.data).map_err(no_space)?;
-        Ok(found.fs_start)
+        let result = self.allocate_index_block();
+        result.map_err(|error| self.fail(error))
     }
 
     fn free_block(&mut self, block: FsBlock) -> Result<(), TreeError> {
-        let map = loaded_map(self.fs, self.tx, self.data, self.map).map_err(no_space)?;
-        let start = INDEX_FILE_BASE + block.0;
-        let removed = map.cut(start, start + 1);
-        if removed.len() != 1 {
-            return Err(no_space(format!("index block {} not in the fork", block.0)));
-        }
-        map.store(self.fs, self.tx, self.data).map_err(no_space)?;
-        map.free(self.fs, self.tx, self.data, &removed)
-            .map_err(no_space)
+        let result = self.free_index_block(block);
+        result.map_err(|error| self.fail(error))
     }
 }
 
@@ -214,8 +263,10 @@ fn goal(fs: &Filesystem, data: &InodeData, list: &[Extent]) -> FsBlock {
 
 /// Creates an empty index; returns its marker (no free-space hint).
 pub(crate) fn create(ctx: &mut IndexCtx<'_, '_>, dir: u64) -> Result<IndexMarker, FsError> {
-    let block = ctx.allocate_block()?;
-    let tree = Btree::<DirHashCodec>::create(ctx, spec(ctx.fs, dir)?, block.0)?;
+    let block = ctx.allocate_block();
+    let block = ctx.checked(block)?;
+    let created = Btree::<DirHashCodec>::create(ctx, spec(ctx.fs, dir)?, block.0);
+    let tree = ctx.checked(created)?;
     let marker = IndexMarker {
         root: 0,
         levels: 0,
@@ -259,8 +310,8 @@ pub(crate) fn insert(
     let mut key = hash;
     for _ in 0..PROBE_MAX {
         if tree.get(ctx, &DirHashKey { hash: key })?.is_none() {
-            tree.insert(ctx, &DirHashRecord { hash: key, address })?;
-            return Ok(());
+            let inserted = tree.insert(ctx, &DirHashRecord { hash: key, address });
+            return ctx.checked(inserted);
         }
         key = key.wrapping_add(1);
     }
@@ -279,7 +330,8 @@ pub(crate) fn remove(
     key: u32,
     mut home_of: impl FnMut(&mut IndexCtx<'_, '_>, u32) -> Result<u32, FsError>,
 ) -> Result<(), FsError> {
-    tree.delete(ctx, &DirHashKey { hash: key })?;
+    let deleted = tree.delete(ctx, &DirHashKey { hash: key });
+    ctx.checked(deleted)?;
     let mut gap = key;
     let mut next = key.wrapping_add(1);
     for _ in 0..PROBE_MAX {
@@ -291,12 +343,14 @@ pub(crate) fn remove(
         // the gap (it never had to pass the gap).
         let stays = next.wrapping_sub(home) < next.wrapping_sub(gap);
         if !stays {
-            tree.delete(ctx, &DirHashKey { hash: next })?;
+            let deleted = tree.delete(ctx, &DirHashKey { hash: next });
+            ctx.checked(deleted)?;
             let moved = DirHashRecord {
                 hash: gap,
                 address: record.address,
             };
-            tree.insert(ctx, &moved)?;
+            let inserted = tree.insert(ctx, &moved);
+            ctx.checked(inserted)?;
             gap = next;
         }
         next = next.wrapping_add(1);
