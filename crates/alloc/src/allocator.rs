@@ -78,6 +78,12 @@ pub struct Allocator {
     /// read): lets the allocator skip AGs without locking their headers. Atomic so reading it
     /// takes no lock; written under the AG's AGF, so it is exact while that is held.
     longest_hints: Vec<AtomicU32>,
+    /// Free blocks of each AG when last seen (`HINT_UNKNOWN` before): with the reserve, lets
+    /// the allocator skip an AG whose free blocks are all reserved without locking it (a
+    /// locked AG that fails keeps the allocator from wrapping to lower AGs).
+    free_hints: Vec<AtomicU32>,
+    /// Free blocks each AG keeps for requests with `use_reserve` (see `with_ag_reserve`).
+    ag_reserve: u32,
     stats: Stats,
 }
 
@@ -90,17 +96,38 @@ impl Allocator {
             longest_hints: (0..geometry.ag_count)
                 .map(|_| AtomicU32::new(HINT_UNKNOWN))
                 .collect(),
+            free_hints: (0..geometry.ag_count)
+                .map(|_| AtomicU32::new(HINT_UNKNOWN))
+                .collect(),
             geometry,
             uuid,
+            ag_reserve: 0,
             stats: Stats::default(),
         }
     }
 
-    /// The longest free extent of AG `ag` as last seen by this allocator, or `None` before
-    /// the AG's header was read. A hint: callers use it to skip AGs without locking them.
+    /// The same allocator keeping `blocks` free in every AG for requests with `use_reserve`:
+    /// blocks an operation that frees space may need (an inode free adding a free-inode tree
+    /// record must not fail because data or inode chunks filled the AG). Not on disk.
+    #[must_use]
+    pub fn with_ag_reserve(mut self, blocks: u32) -> Self {
+        self.ag_reserve = blocks;
+        self
+    }
+
+    /// Free blocks each AG keeps for requests with `use_reserve`.
+    pub fn ag_reserve(&self) -> u32 {
+        self.ag_reserve
+    }
+
+    /// The longest extent an ordinary request (no `use_reserve`) could get in AG `ag`, as
+    /// last seen by this allocator (its longest free extent, at most its free blocks beyond
+    /// the reserve), or `None` before the AG's header was read. A hint: callers use it to
+    /// skip AGs without locking them.
     pub fn longest_free_hint(&self, ag: u32) -> Option<u32> {
         let hint = self.longest_hints.get(ag as usize)?.load(Ordering::Relaxed);
-        (hint != HINT_UNKNOWN).then_some(hint)
+        let spare = self.spare_hint(ag, &Request::near(FsBlock(0), 1, 1));
+        (hint != HINT_UNKNOWN).then(|| spare.map_or(hint, |spare| hint.min(spare)))
     }
 
     pub fn geometry(&self) -> &Geometry {
@@ -128,6 +155,29 @@ impl Allocator {
             .get(ag.0 as usize)
             .map(|s| s.lock().busy.iter().copied().collect())
             .unwrap_or_default()
+    }
+
+    /// Blocks `request` may take of an AG with `free` free blocks: all but its `min_left` and,
+    /// unless it may use it, the reserve.
+    fn spare(&self, free: u32, request: &Request) -> u32 {
+        let reserve = if request.use_reserve {
+            0
+        } else {
+            self.ag_reserve
+        };
+        free.saturating_sub(request.min_left.saturating_add(reserve))
+    }
+
+    /// `spare` of AG `ag` by its free-blocks hint (`None` before the AG was read).
+    fn spare_hint(&self, ag: u32, request: &Request) -> Option<u32> {
+        let free = self.free_hints.get(ag as usize)?.load(Ordering::Relaxed);
+        (free != HINT_UNKNOWN).then(|| self.spare(free, request))
+    }
+
+    fn store_free_hint(&self, ag: u32, free: u32) {
+        if let Some(hint) = self.free_hints.get(ag as usize) {
+            hint.store(free, Ordering::Relaxed);
+        }
     }
 
     /// The lowest AG the context may lock: `lowest` raised to the highest AG whose AGF it
@@ -211,12 +261,19 @@ impl Allocator {
         if longest != HINT_UNKNOWN && longest < request.min_len {
             return Ok(None);
         }
+        if self
+            .spare_hint(ag, request)
+            .is_some_and(|spare| spare < request.min_len)
+        {
+            return Ok(None);
+        }
         // The AGF first (it may wait for another transaction's commit), then the state mutex.
         let mut ctx = AgCtx::open(bufs, &self.geometry, self.uuid, AgNumber(ag))?;
         let mut state = state.lock();
         let result = self.allocate_in(&mut ctx, log, request, &mut state);
         counters.add(&ctx.counters);
         hint.store(ctx.agf.longest_free, Ordering::Relaxed);
+        self.store_free_hint(ag, ctx.agf.free_blocks);
         result
     }
 
@@ -314,7 +371,7 @@ impl Allocator {
         request: &Request,
         busy: &'a BusyExtents,
     ) -> Result<Search<'a>, AllocError> {
-        let spare = ctx.agf.free_blocks.saturating_sub(request.min_left);
+        let spare = self.spare(ctx.agf.free_blocks, request);
         let wanted = request.max_len.min(ctx.agf.longest_free).min(spare);
         let wanted = wanted - wanted % request.len_multiple;
         let target = if self.geometry.ag_of(request.target) == ctx.ag() {
@@ -392,6 +449,7 @@ impl Allocator {
         state.busy.insert(ag_start, length, sequence);
         trim_free_list(&mut ctx, &mut space, &mut state.busy, sequence)?;
         hint.store(ctx.agf.longest_free, Ordering::Relaxed);
+        self.store_free_hint(ag.0, ctx.agf.free_blocks);
         self.stats.frees.fetch_add(1, Ordering::Relaxed);
         Ok(ctx.counters)
     }

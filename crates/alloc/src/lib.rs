@@ -16,6 +16,7 @@
 //! - tree blocks come from and return to the AG free list, which is topped up before any
 //!   search so a split never re-enters the allocator;
 //! - no block is handed out while free-busy; AGs are locked in ascending order.
+//! - a request without `use_reserve` leaves the per-AG reserve (`with_ag_reserve`) free.
 
 mod ag;
 mod allocator;

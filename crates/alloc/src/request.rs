@@ -31,6 +31,9 @@ pub struct Request {
     pub min_left: u32,
     /// Lowest AG this transaction may still lock (AGs are locked in ascending order).
     pub lowest_ag: AgNumber,
+    /// May take the AG's reserved blocks (`Allocator::with_ag_reserve`): set only by the
+    /// metadata a freeing operation must be able to grow (the inode trees).
+    pub use_reserve: bool,
 }
 
 impl Request {
@@ -45,7 +48,15 @@ impl Request {
             len_multiple: 1,
             min_left: 0,
             lowest_ag: AgNumber(0),
+            use_reserve: false,
         }
+    }
+
+    /// The same request, allowed into the AG's reserved blocks.
+    #[must_use]
+    pub fn with_reserve(mut self) -> Request {
+        self.use_reserve = true;
+        self
     }
 
     #[must_use]

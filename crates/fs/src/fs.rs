@@ -9,7 +9,7 @@ use cairn_alloc::Allocator;
 use cairn_blockdev::{AlignedBuf, BlockDevice, FileDevice, OpenOptions};
 use cairn_bufcache::{BufKey, BufferCache, CacheConfig, HeaderOps, ReadSpec};
 use cairn_format::limits::BLOCK_SIZE_MAX;
-use cairn_format::{Agf, Geometry, InodeNumber, MetaKind, OnDisk, Superblock};
+use cairn_format::{Agf, BtreeLayout, Geometry, InodeNumber, MetaKind, OnDisk, Superblock};
 use cairn_journal::{Journal, JournalConfig, RecoveryReport, Reservation, inode_cluster_spec};
 
 use crate::FsError;
@@ -18,7 +18,32 @@ use crate::inode::{Inode, InodeCache, InodeData, Verdict, home_matches};
 use crate::types::{FsOpStats, FsStats, MountOptions, StatFs};
 
 static AGF_OPS: HeaderOps = HeaderOps::new(MetaKind::Agf);
+
 static SUPERBLOCK_OPS: HeaderOps = HeaderOps::new(MetaKind::Superblock);
+
+/// Blocks every AG keeps for its inode trees (`Allocator::with_ag_reserve`): freeing an inode
+/// can add a free-inode tree record (a chunk's first free inode), and an unlink must not fail
+/// because data or inode chunks filled the AG (XFS reserves for its finobt the same way).
+/// The size: the free-inode tree with a record for every chunk the AG could hold (blocks half
+/// full), one split path of each inode tree, and the free-list refill their allocations cost.
+pub(crate) fn inode_tree_reserve(geometry: &Geometry) -> u32 {
+    let levels_max = cairn_format::limits::BTREE_LEVELS_MAX;
+    let half_full = |level| {
+        BtreeLayout::for_kind(MetaKind::FinoBtree, geometry.block_size)
+            .map_or(2, |layout| (layout.capacity(level) as u64 / 2).max(2))
+    };
+    let chunks = u64::from(geometry.ag_blocks) / u64::from(geometry.chunk_blocks().max(1));
+    let (mut level_blocks, mut blocks, mut levels) = (chunks.div_ceil(half_full(0)), 0, 1);
+    while level_blocks > 1 && levels < levels_max {
+        blocks += level_blocks;
+        level_blocks = level_blocks.div_ceil(half_full(1));
+        levels += 1;
+    }
+    blocks += 1;
+    let free_list_refill = 2 * (levels_max + 1) + 2;
+    let reserve = blocks + 2 * u64::from(levels + 1) + u64::from(free_list_refill);
+    u32::try_from(reserve).unwrap_or(u32::MAX)
+}
 
 /// In-memory state of one AG's inodes (exact: changed under the AGI buffer lock).
 #[derive(Debug, Default)]
@@ -116,7 +141,7 @@ impl Filesystem {
             superblock,
             cache,
             journal,
-            alloc: Allocator::new(geometry, uuid),
+            alloc: Allocator::new(geometry, uuid).with_ag_reserve(inode_tree_reserve(&geometry)),
             inodes: InodeCache::new(),
             cluster_spec,
             options,
@@ -181,9 +206,12 @@ impl Filesystem {
 
     /// Statistics for `statfs`, summed from the AG headers and in-memory inode counts.
     pub fn statfs(&self) -> Result<StatFs, FsError> {
+        // Each AG's reserve (for inode frees, `inode_tree_reserve`) is not free for data.
+        let reserve = self.alloc.ag_reserve();
         let mut free_blocks = 0u64;
         for ag in 0..self.geometry.ag_count {
-            free_blocks += u64::from(self.read_agf(ag)?.free_blocks);
+            let free = self.read_agf(ag)?.free_blocks;
+            free_blocks += u64::from(free.saturating_sub(reserve));
         }
         let (inodes, inodes_free) = self.inode_totals();
         // Free blocks can become inodes: 64 per chunk.

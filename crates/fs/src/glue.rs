@@ -131,7 +131,8 @@ impl<'j> TreeContext<'j> for AgTreeCtx<'_, 'j> {
     fn allocate_block(&mut self) -> Result<FsBlock, TreeError> {
         let geometry = self.alloc.geometry();
         let target = FsBlock(geometry.ag_start(self.ag));
-        let mut request = Request::near(target, 1, 1);
+        // Inode trees may use the AG's reserve: an inode free must not fail for want of space.
+        let mut request = Request::near(target, 1, 1).with_reserve();
         request.lowest_ag = cairn_format::AgNumber(self.ag);
         let log = JournalLog(self.journal);
         let found = self
