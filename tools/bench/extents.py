@@ -135,7 +135,7 @@ def summarise(per_file, prefix, ag_bytes):
         emit(f"{prefix}: distance from hint, median", statistics.median(distances) / (1 << 20),
              "MiB")
     else:
-        emit(f"{prefix}: distance from hint, median", 0.0, "MiB")
+        emit(f"{prefix}: distance from hint, median", None, "n/a: every file in one extent")
     if switches:
         emit(f"{prefix}: AG switches per file, mean", statistics.mean(switches), "switches")
     else:
