@@ -107,7 +107,7 @@ impl Journal {
         superblock: &Superblock,
     ) -> Result<bool, JournalError> {
         let layout = Layout::new(&superblock.geometry, superblock.uuid());
-        crate::recovery::needs_replay(device, &layout)
+        crate::log_scan::needs_replay(device, &layout)
     }
 
     /// Opens the log of a formatted filesystem (geometry and UUID from its superblock),

@@ -25,6 +25,7 @@ mod error;
 mod inode_ops;
 mod item;
 mod journal;
+mod log_scan;
 mod recovery;
 mod reservation;
 mod space;

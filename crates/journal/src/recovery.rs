@@ -138,27 +138,6 @@ pub(crate) fn recover(
     })
 }
 
-/// Whether the log holds checkpoints recovery would replay: false for an empty log and for
-/// a log whose only record is a clean unmount record. Reads the log and changes nothing.
-pub(crate) fn needs_replay(
-    device: &dyn BlockDevice,
-    layout: &Layout,
-) -> Result<bool, JournalError> {
-    let mut image = AlignedBuf::zeroed(layout.log_bytes() as usize);
-    device
-        .read_at(layout.start_byte, &mut image)
-        .map_err(|source| JournalError::device("log read", layout.start_byte, source))?;
-    let Some(newest) = newest_record(&image, layout) else {
-        return Ok(false);
-    };
-    let walk = walk(&image, layout, newest.header.tail_lsn);
-    let clean = walk.len() == 1
-        && walk.last().is_some_and(|last| {
-            last.header.flags & LOG_FLAG_UNMOUNT != 0 && last.header.tail_lsn == last.header.lsn
-        });
-    Ok(!clean && !walk.is_empty())
-}
-
 fn empty_log() -> Recovered {
     let head = Position { cycle: 1, block: 0 };
     Recovered {
@@ -179,7 +158,13 @@ fn empty_log() -> Recovered {
 /// belongs to this filesystem and that names this place as its own.
 fn record_at(image: &[u8], layout: &Layout, at: u64) -> Option<LogRecordHeader> {
     let start = (at * layout.block_size) as usize;
-    let (header, _) = decode_log_record(image.get(start..)?).ok()?;
+    record_here(image.get(start..)?, layout, at)
+}
+
+/// The record at the start of `raw`, which is log block `at`, if it is valid (as `record_at`
+/// says).
+pub(crate) fn record_here(raw: &[u8], layout: &Layout, at: u64) -> Option<LogRecordHeader> {
+    let (header, _) = decode_log_record(raw).ok()?;
     let here = layout.lsn(Position {
         cycle: header.cycle,
         block: at,

@@ -106,7 +106,14 @@ fn check_crash_points(
     };
     for point in chosen {
         let crashed = std::sync::Arc::new(device.crash_device(point).unwrap());
+        let needs = cairn_journal::Journal::needs_recovery(crashed.as_ref(), sb).unwrap();
         let (journal, report) = open(&crashed, sb, quiet(LogMode::Delayed));
+        // The windowed check agrees with what recovery (reading the whole log) did.
+        assert_eq!(
+            needs,
+            !report.clean && report.records > 0,
+            "{point:?}: {report:?}"
+        );
         let recovered: Vec<Vec<u8>> = (0..BLOCKS)
             .map(|index| read_body(crashed.as_ref(), sb, index))
             .collect();
