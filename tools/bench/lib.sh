@@ -1,4 +1,5 @@
-# Shell helpers for the benchmark scripts (source it): waiting for FUSE daemons to exit.
+# Shell helpers shared by tools/bench-compare and crates/fuse/tools/bench-fuse (source it):
+# mounting cairn and waiting for FUSE daemons to exit.
 
 # Waits until process PID has exited (a zombie counts as exited), at most 120 s.
 wait_gone() {
