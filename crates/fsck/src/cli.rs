@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::repair::{Mode, Outcome, repair_path};
+use crate::repair::{Mode, Outcome, RepairOptions, repair_path};
 use crate::{FsckError, Progress, Report, check_path};
 
 /// fsck(8) exit codes.
@@ -37,6 +37,11 @@ pub struct Args {
     /// Check even if the filesystem seems clean (every check is full in this version).
     #[arg(short = 'f', long)]
     pub force: bool,
+    /// With -y: also discard a dirty log whose replay fails for a reason outside the log
+    /// (such as a device error while writing home), LOSING the changes it holds; without it
+    /// such a log is kept and the run exits 4.
+    #[arg(short = 'L', long, requires = "yes", conflicts_with_all = ["no_modify", "preen"])]
+    pub discard_log: bool,
     /// Read through the page cache instead of O_DIRECT (for tmpfs and similar).
     #[arg(long)]
     pub buffered: bool,
@@ -70,7 +75,11 @@ pub fn run(args: &Args) -> u8 {
     };
     if args.yes || args.preen {
         let mode = if args.yes { Mode::Yes } else { Mode::Preen };
-        let repaired = repair_path(&args.device, args.buffered, mode, &progress);
+        let options = RepairOptions {
+            mode,
+            discard_log: args.discard_log,
+        };
+        let repaired = repair_path(&args.device, args.buffered, options, &progress);
         progress.finish();
         return match repaired {
             Ok(outcome) => print_outcome(args, &outcome),

@@ -7,11 +7,14 @@
 //! device belongs to exactly one owner, the log is clean and no block's LSN is past it, every
 //! directory entry names an in-use inode, every inode is reachable from the root (or on an
 //! unlinked list) and its link count equals the entries naming it.
-//! Repair owns the phases that bring a damaged filesystem back: log replay (through cairn-fs;
-//! a log that cannot be replayed is discarded with `-y`, replaced by a clean log whose LSN is
-//! above every metadata LSN), inodes, the namespace (with `/lost+found`), then every AG's
-//! trees and headers rebuilt from what the inodes claim (see `repair/mod.rs`). While it runs,
-//! a progress line (phase, AGs done, inodes checked) is drawn on stderr if it is a terminal.
+//! Repair owns the phases that bring a damaged filesystem back: the primary superblock
+//! (rebuilt from the copies most superblocks agree on), log replay (through cairn-fs, or the
+//! journal alone if the mount fails; a log that cannot be replayed is discarded with `-y`,
+//! replaced by a clean log whose LSN is above every metadata LSN; a replay failing for a
+//! reason outside the log keeps the log unless `-L`), inodes, the namespace (with
+//! `/lost+found`), then every AG's trees and headers rebuilt from what the inodes claim (see
+//! `repair/mod.rs`). While it runs, a progress line (phase, AGs done, inodes checked) is drawn
+//! on stderr if it is a terminal.
 //! Invariants:
 //! - checking never writes to the device (it is opened read-only);
 //! - repair writes only after a check found problems, only to a device it holds exclusively

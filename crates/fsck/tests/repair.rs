@@ -156,6 +156,41 @@ fn bad_crc_in_ag_headers() {
     }
 }
 
+// A bad CRC in the primary superblock: -y rebuilds it from the secondary copies.
+#[test]
+fn bad_crc_in_primary_superblock() {
+    let image = populated();
+    flip(&image, 0, 100);
+    let said = repair_cycle(&image, "superblock");
+    assert!(said.contains("superblock: primary:"), "{said}");
+    assert_eq!(read_root_file(&image.path, b"f1", 10240), vec![7u8; 10240]);
+}
+
+// A primary whose CRC holds but whose fields are wrong: an ag_count that disagrees with the
+// block counts (it does not decode), or a block count the copies outvote.
+#[test]
+fn primary_superblock_with_a_wrong_field() {
+    let wrong_ag_count = |raw: &mut [u8]| {
+        let ag_count = u32::from_le_bytes(raw[76..80].try_into().unwrap());
+        raw[76..80].copy_from_slice(&(ag_count + 1).to_le_bytes());
+    };
+    let wrong_block_count = |raw: &mut [u8]| {
+        let blocks = u64::from_le_bytes(raw[64..72].try_into().unwrap());
+        raw[64..72].copy_from_slice(&(blocks - 1).to_le_bytes());
+    };
+    for (edit, want) in [
+        (&wrong_ag_count as &dyn Fn(&mut [u8]), "ag_count"),
+        (&wrong_block_count, "disagrees with the primary"),
+    ] {
+        let image = populated();
+        edit_block(&image, 0, edit);
+        let said = repair_cycle(&image, want);
+        assert!(said.contains("superblock: primary:"), "{said}");
+        assert_eq!(common::superblock(&image.path).geometry, image.geometry);
+        assert_eq!(read_root_file(&image.path, b"f1", 10240), vec![7u8; 10240]);
+    }
+}
+
 // A bad CRC in a free-space or inode tree block is repaired by rebuilding the trees.
 #[test]
 fn bad_crc_in_ag_trees() {
@@ -542,6 +577,69 @@ fn dirty_log_is_replayed() {
     let said = repair_cycle(&image, "never replayed");
     assert!(said.contains("log: replayed"), "{said}");
     assert_eq!(read_root_file(&image.path, b"new", 4), b"kept");
+}
+
+/// Makes the image's log dirty: a file `new` holding `kept`, fsynced, then a crash.
+fn dirty_log_image() -> common::Image {
+    let image = populated();
+    let (device, fs) = mount_file(&image.path);
+    let who = Credentials::root();
+    let file = fs
+        .create(fs.root(), b"new", FileKind::Regular, 0o644, 0, &who)
+        .unwrap();
+    fs.write(file.inode, 0, b"kept").unwrap();
+    fs.fsync(file.inode, false).unwrap();
+    std::fs::write(&image.path, device.durable_image()).unwrap();
+    drop(fs);
+    image
+}
+
+// A dirty log behind a damaged primary superblock: the primary is rebuilt first, then the
+// log is replayed (not discarded), so the fsynced file survives.
+#[test]
+fn dirty_log_behind_a_bad_primary_superblock_is_replayed() {
+    let image = dirty_log_image();
+    flip(&image, 0, 100);
+    let said = repair_cycle(&image, "superblock");
+    assert!(said.contains("superblock: primary:"), "{said}");
+    assert!(said.contains("log: replayed"), "{said}");
+    assert!(!said.contains("DISCARDED"), "{said}");
+    assert_eq!(read_root_file(&image.path, b"new", 4), b"kept");
+}
+
+// A dirty log whose mount fails on damaged metadata (an AGF and an AGI the mount reads after
+// replay) is replayed through the journal alone, not discarded; the metadata is repaired.
+#[test]
+fn dirty_log_behind_damaged_ag_headers_is_replayed() {
+    let image = dirty_log_image();
+    for ag in 0..image.geometry.ag_count {
+        flip(&image, ag_block(&image, ag, AG_AGF_BLOCK), 100);
+        flip(&image, ag_block(&image, ag, AG_AGI_BLOCK), 100);
+    }
+    let path = image.path.to_str().unwrap();
+    let dev = Arc::new(MemDevice::from_image(std::fs::read(path).unwrap(), SECTOR).unwrap());
+    assert!(Filesystem::mount(dev, MountOptions::default()).is_err());
+    let said = repair_cycle(&image, MetaKind::Agf.name());
+    assert!(said.contains("through the journal alone"), "{said}");
+    assert!(!said.contains("DISCARDED"), "{said}");
+    assert_eq!(read_root_file(&image.path, b"new", 4), b"kept");
+}
+
+// -L (discard the log whatever stopped its replay) only goes with -y.
+#[test]
+fn discard_log_needs_yes() {
+    let image = populated();
+    let path = image.path.to_str().unwrap();
+    for args in [
+        vec!["-L", path],
+        vec!["-p", "-L", path],
+        vec!["-n", "-L", path],
+    ] {
+        let out = fsck(&args);
+        assert_eq!(out.status.code(), Some(16), "{args:?}: {}", text(&out));
+    }
+    let out = fsck(&["-y", "-L", path]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 
 /// Makes every record of the image's log whose payload holds items undecodable (an unknown

@@ -8,13 +8,14 @@
 use std::sync::Arc;
 
 use cairn_blockdev::{AlignedBuf, BlockDevice};
+use cairn_bufcache::{BufferCache, CacheConfig};
 use cairn_format::header::block_crc;
 use cairn_format::log::{LOG_FLAG_UNMOUNT, LogRecordHeader, encode_log_record};
 use cairn_format::ondisk::get_u32;
 use cairn_format::{FsBlock, Geometry, Lsn, MetaHeader, MetaKind, OnDisk, Superblock};
-use cairn_journal::Journal;
+use cairn_journal::{Journal, JournalConfig, JournalError};
 
-use super::{Mode, Outcome};
+use super::{Mode, Outcome, RepairOptions};
 use crate::FsckError;
 use crate::log_check::show_lsn;
 use crate::probe::{self, Opened};
@@ -22,16 +23,20 @@ use crate::probe::{self, Opened};
 /// Bytes read at a time by the scan for the highest metadata LSN.
 const SCAN_BYTES: u64 = 8 << 20;
 
-/// Replays a dirty log through cairn-fs (mount, then unmount) and reopens the device. A log
-/// that cannot be read or replayed is discarded in `-y` mode (see the module comment) and
-/// left in preen mode. Returns the reopened device and whether repair may go on (false: a
-/// dirty log is left, and a later replay over repaired metadata could undo the repairs).
+/// Replays a dirty log through cairn-fs (mount, then unmount) and reopens the device. If the
+/// mount fails, the log is replayed through the journal alone (the same recovery, without
+/// what cairn-fs reads after it: AG headers, the root inode, unlinked lists), since the
+/// failure may not be the log's. A log that cannot be read or replayed is discarded in `-y`
+/// mode (see the module comment) and left in preen mode; a replay that fails for another
+/// reason (a device error writing home) keeps the log unless `-L` was given. Returns the
+/// reopened device and whether repair may go on (false: a dirty log is left, and a later
+/// replay over repaired metadata could undo the repairs).
 pub(crate) fn settle_log(
     path: &std::path::Path,
     buffered: bool,
     opened: Opened,
     sb: &Superblock,
-    mode: Mode,
+    options: RepairOptions,
     outcome: &mut Outcome,
 ) -> Result<(Opened, bool), FsckError> {
     let failure = match Journal::needs_recovery(&opened.device, sb) {
@@ -39,26 +44,31 @@ pub(crate) fn settle_log(
         Ok(true) => {
             let Opened { device, .. } = opened;
             let device: Arc<dyn BlockDevice> = Arc::new(device);
-            let options = cairn_fs::MountOptions::default();
-            match cairn_fs::Filesystem::mount(device, options).and_then(|fs| fs.unmount()) {
-                Ok(()) => {
-                    let done = "log: replayed the checkpoints it held".to_string();
-                    outcome.actions.push(done);
-                    return Ok((probe::open_writable(path, buffered)?, true));
-                }
-                Err(err) => format!("replay failed ({err})"),
+            match replay(device, sb, outcome) {
+                Ok(()) => return Ok((probe::open_writable(path, buffered)?, true)),
+                Err(failure) => failure,
             }
         }
-        Err(err) => format!("cannot be read ({err})"),
+        Err(err) => ReplayFailure::OfLog(format!("cannot be read ({err})")),
     };
     let opened = probe::open_writable(path, buffered)?;
-    if mode != Mode::Yes {
-        outcome.skipped.push(format!(
-            "log: {failure}; discarding it loses the changes it holds: not repaired in preen \
-             mode (run with -y)"
-        ));
-        return Ok((opened, false));
-    }
+    let failure = match failure {
+        ReplayFailure::OfLog(failure) if options.mode != Mode::Yes => {
+            outcome.skipped.push(format!(
+                "log: {failure}; discarding it loses the changes it holds: not repaired in \
+                 preen mode (run with -y)"
+            ));
+            return Ok((opened, false));
+        }
+        ReplayFailure::Elsewhere(failure) if !options.discard_log => {
+            outcome.skipped.push(format!(
+                "log: {failure}; the log is kept (its changes are not lost): fix the cause \
+                 and run fsck.cairn again, or run with -L to discard the log and LOSE them"
+            ));
+            return Ok((opened, false));
+        }
+        ReplayFailure::OfLog(failure) | ReplayFailure::Elsewhere(failure) => failure,
+    };
     let lsn = discard_log(&opened.device, sb)?;
     let warning = format!(
         "log: {failure}; DISCARDED: the changes it held that were not yet written home are \
@@ -68,6 +78,89 @@ pub(crate) fn settle_log(
     outcome.warnings.push(warning.clone());
     outcome.actions.push(warning);
     Ok((opened, true))
+}
+
+/// Why a dirty log could not be replayed.
+#[derive(Debug)]
+enum ReplayFailure {
+    /// The log itself: unreadable, records that do not decode, items that do not fit.
+    OfLog(String),
+    /// Something else (the device, while replay wrote home): the log may be sound.
+    Elsewhere(String),
+}
+
+/// Replays the log: through cairn-fs, or through the journal alone if mounting fails.
+fn replay(
+    device: Arc<dyn BlockDevice>,
+    sb: &Superblock,
+    outcome: &mut Outcome,
+) -> Result<(), ReplayFailure> {
+    let options = cairn_fs::MountOptions::default();
+    let mounted = cairn_fs::Filesystem::mount(Arc::clone(&device), options);
+    let mount_error = match mounted.and_then(|fs| fs.unmount()) {
+        Ok(()) => {
+            let done = "log: replayed the checkpoints it held".to_string();
+            outcome.actions.push(done);
+            return Ok(());
+        }
+        Err(err) => err,
+    };
+    match replay_journal_only(device, sb) {
+        Ok(report) => {
+            outcome.actions.push(format!(
+                "log: replayed the checkpoints it held through the journal alone (mounting \
+                 failed: {mount_error}); {} unfinished extent-free intents left to the space \
+                 phase",
+                report.unfinished_intents.len()
+            ));
+            Ok(())
+        }
+        Err(err) if is_log_fault(&err) => Err(ReplayFailure::OfLog(format!(
+            "replay failed (mounting: {mount_error}; the journal alone: {err})"
+        ))),
+        Err(err) => Err(ReplayFailure::Elsewhere(format!(
+            "replay failed for a reason that is not the log's (mounting: {mount_error}; the \
+             journal alone: {err})"
+        ))),
+    }
+}
+
+/// Opens the journal alone (running recovery) and closes it. Extent-free intents left
+/// unfinished keep a log dirty on purpose; once the checkpoints are home that log holds
+/// nothing else, and the space phase frees whatever no inode claims, so it is replaced by a
+/// clean log.
+fn replay_journal_only(
+    device: Arc<dyn BlockDevice>,
+    sb: &Superblock,
+) -> Result<cairn_journal::RecoveryReport, JournalError> {
+    let cache_config = CacheConfig::from_geometry(&sb.geometry);
+    let cache = Arc::new(BufferCache::new(cache_config, Arc::clone(&device))?);
+    let config = JournalConfig {
+        inode_cluster_blocks: 1,
+        ..JournalConfig::default()
+    };
+    let (journal, report) = Journal::open(cache, Arc::clone(&device), sb, config)?;
+    journal.unmount()?;
+    if Journal::needs_recovery(device.as_ref(), sb)? {
+        discard_log(device.as_ref(), sb).map_err(|FsckError::Device(source)| {
+            JournalError::Device {
+                what: "recovery write",
+                offset: 0,
+                source,
+            }
+        })?;
+    }
+    Ok(report)
+}
+
+/// Whether a journal error is the log's own (unreadable, corrupt records, items that do not
+/// fit the filesystem) rather than the device's or the metadata's.
+fn is_log_fault(err: &JournalError) -> bool {
+    match err {
+        JournalError::CorruptLog { .. } | JournalError::BadItem { .. } => true,
+        JournalError::Device { what, .. } => *what == "log read",
+        _ => false,
+    }
 }
 
 /// Replaces the log with a clean one (a single unmount record) whose LSN is above every LSN
@@ -144,5 +237,37 @@ fn block_newest_lsn(block: &[u8], inode_size: usize, uuid: &[u8; 16]) -> Lsn {
             .filter_map(verified)
             .max()
             .unwrap_or(Lsn::ZERO),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_blockdev::DeviceError;
+
+    // Only a log that cannot be read or whose records or items are bad is the log's fault.
+    #[test]
+    fn log_faults_are_told_from_others() {
+        let io = || DeviceError::OutOfRange {
+            offset: 0,
+            len: 1,
+            size: 0,
+        };
+        let corrupt = JournalError::CorruptLog {
+            lsn: Lsn::ZERO,
+            why: "torn".into(),
+        };
+        let item = JournalError::BadItem {
+            what: "buffer".into(),
+            why: "past the device",
+        };
+        let device = |what| JournalError::Device {
+            what,
+            offset: 0,
+            source: io(),
+        };
+        let (log_read, home_write) = (device("log read"), device("recovery write"));
+        assert!(is_log_fault(&corrupt) && is_log_fault(&item) && is_log_fault(&log_read));
+        assert!(!is_log_fault(&home_write));
     }
 }

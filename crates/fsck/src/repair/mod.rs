@@ -1,7 +1,10 @@
 //! Repair, in phases like xfs_repair, each driven by a fresh check of the device:
-//! 0. the log (`log.rs`): a dirty log is replayed by mounting and unmounting through cairn-fs
-//!    (the one recovery implementation); with `-y`, a log that cannot be read or replayed is
-//!    discarded: replaced by a clean log whose LSN is above every metadata LSN;
+//! 0. the primary superblock (`superblock.rs`): rewritten from the secondary copies when it
+//!    does not verify or most copies disagree with it; then the log (`log.rs`): a dirty log is
+//!    replayed by mounting and unmounting through cairn-fs, or through the journal alone if
+//!    the mount fails (the one recovery implementation); with `-y`, a log that cannot be read
+//!    or replayed is discarded: replaced by a clean log whose LSN is above every metadata LSN
+//!    (a replay failing for a reason outside the log keeps the log unless `-L`);
 //! 1. inodes (`inodes.rs`): inodes that cannot be saved are cleared; extents past the device,
 //!    across an AG or over blocks already owned (metadata, or a lower inode) are dropped;
 //!    damaged attr forks are dropped; block counts are set to what the forks hold;
@@ -20,6 +23,7 @@ mod log;
 mod lost_found;
 mod names;
 mod space;
+mod superblock;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -33,6 +37,7 @@ use crate::check::Checker;
 use crate::probe;
 use crate::progress::Progress;
 use crate::report::{Problem, Report};
+use superblock::Primary;
 
 /// How far repair may go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +46,15 @@ pub enum Mode {
     Preen,
     /// `-y`: every repair.
     Yes,
+}
+
+/// What the user allows a repair run to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepairOptions {
+    pub mode: Mode,
+    /// `-L`: discard a dirty log even when replay fails for a reason that is not the log's
+    /// (its unreplayed changes are lost).
+    pub discard_log: bool,
 }
 
 /// What a repair run did.
@@ -162,15 +176,36 @@ impl Repairer<'_> {
 pub fn repair_path(
     path: &Path,
     buffered: bool,
-    mode: Mode,
+    options: RepairOptions,
     progress: &Progress,
 ) -> Result<Outcome, FsckError> {
+    let mode = options.mode;
     let opened = probe::open_writable(path, buffered)?;
-    let sb = match &opened.primary {
-        Ok(sb) => sb.clone(),
-        Err(err) => {
+    let mut outcome = Outcome::default();
+    // Problems of the primary superblock that were repaired before the first full check.
+    let mut primary_problems = Vec::new();
+    let (opened, sb) = match superblock::settle_primary(&opened.device, &opened.primary)? {
+        Primary::Kept(sb) => (opened, sb),
+        Primary::Rewritten { superblock, why } => {
+            let problem = match &opened.primary {
+                Err(err) => Problem::from_format(0, err),
+                Ok(_) => Problem::new("superblock", Some(0), why.clone()),
+            };
+            primary_problems.push(problem);
+            outcome.actions.push(format!("superblock: primary: {why}"));
+            drop(opened);
+            (probe::open_writable(path, buffered)?, superblock)
+        }
+        Primary::Lost => {
             let mut report = Report::default();
-            report.add(Problem::from_format(0, err));
+            if let Err(err) = &opened.primary {
+                report.add(Problem::from_format(0, err));
+            }
+            report.add(Problem::new(
+                "superblock",
+                Some(0),
+                "no verified secondary copy to rebuild the primary from",
+            ));
             return Ok(Outcome {
                 before: report.clone(),
                 after: report,
@@ -178,13 +213,15 @@ pub fn repair_path(
             });
         }
     };
-    let mut outcome = Outcome::default();
-    let (opened, may_repair) = log::settle_log(path, buffered, opened, &sb, mode, &mut outcome)?;
+    let (opened, may_repair) = log::settle_log(path, buffered, opened, &sb, options, &mut outcome)?;
     let sb = match probe::read_primary(&opened.device)? {
         Ok(sb) => sb,
         Err(_) => sb,
     };
-    let before = crate::check_opened(&opened, progress);
+    let mut before = crate::check_opened(&opened, progress);
+    for problem in primary_problems.into_iter().rev() {
+        before.problems.insert(0, problem);
+    }
     let mut outcome = Outcome {
         before: before.clone(),
         after: before,
