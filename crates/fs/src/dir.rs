@@ -464,6 +464,9 @@ fn index_insert(
     {
         let mut ctx = IndexCtx::new(tx, fs, data, map);
         dir_index::insert(&mut tree, &mut ctx, name_hash(name), address)?;
+        // An insert frees nothing today; whatever a tree change gives back is deferred.
+        let freed = ctx.take_freed();
+        defer_free(tx, freed);
     }
     let after = before.with_tree(&tree);
     if after != before {
@@ -676,6 +679,8 @@ pub(crate) fn remove(
             let entry = entry_at(ctx.fs, ctx.tx, ctx.data, address)?;
             Ok(name_hash(&entry.name))
         })?;
+        let freed = ctx.take_freed();
+        defer_free(tx, freed);
     }
     let mut after = before.with_tree(&tree);
     let last = block_count(fs, data).saturating_sub(1);
@@ -824,6 +829,35 @@ pub(crate) fn free_blocks_in_steps(
         if let Some(intent) = intent {
             free_intent(fs, intent, &removed)?;
         }
+    }
+    Ok(())
+}
+
+/// Names `freed` (unmapped blocks) in a free intent of `tx` and leaves them to
+/// `finish_deferred_frees` after `tx` commits (a crash before that: mount frees them).
+fn defer_free(tx: &mut Tx<'_>, freed: Vec<Extent>) {
+    if freed.is_empty() {
+        return;
+    }
+    let extents: Vec<FreeExtent> = freed
+        .iter()
+        .map(|piece| FreeExtent {
+            start: piece.fs_block,
+            length: piece.length,
+        })
+        .collect();
+    let intent = tx.tx.log_free_intent(&extents);
+    tx.deferred_frees.push((intent, freed));
+}
+
+/// Frees the blocks a committed transaction deferred (`Tx::deferred_frees`), one
+/// transaction per intent, in ascending block order.
+pub(crate) fn finish_deferred_frees(
+    fs: &Filesystem,
+    deferred: Vec<(IntentId, Vec<Extent>)>,
+) -> Result<(), FsError> {
+    for (intent, removed) in deferred {
+        free_intent(fs, intent, &removed)?;
     }
     Ok(())
 }

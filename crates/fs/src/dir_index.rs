@@ -128,9 +128,10 @@ pub(crate) struct IndexCtx<'a, 'j> {
     pub data: &'a mut InodeData,
     /// The directory's map, loaded when a block is allocated or freed; stored at once.
     pub map: &'a mut Option<FileMap>,
-    /// Why the last block allocation or free failed: the tree passes on only a `TreeError`,
-    /// so the typed error waits here for `checked` (see there).
-    failure: Option<FsError>,
+    /// Why the last block allocation or free failed (the tree passes on only its text).
+    failure: Failure,
+    /// Index blocks the tree gave back, unmapped but not yet freed (see `free_index_block`).
+    freed: Vec<Extent>,
 }
 
 impl<'a, 'j> IndexCtx<'a, 'j> {
@@ -145,29 +146,15 @@ impl<'a, 'j> IndexCtx<'a, 'j> {
             fs,
             data,
             map,
-            failure: None,
+            failure: Failure::default(),
+            freed: Vec::new(),
         }
     }
 
     /// The result of a tree operation run with this context, a failed block allocation or
     /// free reported as the error that made it fail (not as the tree's `NoSpace`).
     fn checked<T>(&mut self, result: Result<T, TreeError>) -> Result<T, FsError> {
-        let failure = self.failure.take();
-        result.map_err(|error| failure.unwrap_or_else(|| error.into()))
-    }
-
-    /// Keeps `error` for `checked`; the tree gets its text.
-    fn fail(&mut self, error: FsError) -> TreeError {
-        let tree_error = match &error {
-            FsError::NoSpace => TreeError::NoSpace {
-                why: "no free block for a directory index".into(),
-            },
-            other => TreeError::Context {
-                what: other.to_string(),
-            },
-        };
-        self.failure = Some(error);
-        tree_error
+        self.failure.checked(result)
     }
 
     fn allocate_index_block(&mut self) -> Result<FsBlock, FsError> {
@@ -208,7 +195,43 @@ impl<'a, 'j> IndexCtx<'a, 'j> {
             return Err(FsError::corrupt("directory index", number, detail));
         }
         map.store(self.fs, self.tx, self.data)?;
-        map.free(self.fs, self.tx, self.data, &removed)
+        self.data.core.block_count = self.data.core.block_count.saturating_sub(1);
+        self.freed.extend(removed);
+        Ok(())
+    }
+
+    /// The index blocks unmapped so far, which the caller frees after its transaction
+    /// commits (`dir.rs`, deferred frees): a merge may free a block in a lower AG than one
+    /// whose header the transaction already holds, which the allocator must refuse.
+    pub fn take_freed(&mut self) -> Vec<Extent> {
+        std::mem::take(&mut self.freed)
+    }
+}
+
+/// The typed error behind a failed block allocation or free of the index tree: the tree sees
+/// a `TreeError` (its text), the caller gets the `FsError` back from `checked`.
+#[derive(Debug, Default)]
+struct Failure(Option<FsError>);
+
+impl Failure {
+    /// Keeps `error`; returns what the tree sees (`NoSpace` stays `NoSpace`).
+    fn keep(&mut self, error: FsError) -> TreeError {
+        let tree_error = match &error {
+            FsError::NoSpace => TreeError::NoSpace {
+                why: "no free block for a directory index".into(),
+            },
+            other => TreeError::Context {
+                what: other.to_string(),
+            },
+        };
+        self.0 = Some(error);
+        tree_error
+    }
+
+    /// `result` of a tree operation, its error replaced by the kept one, if any.
+    fn checked<T>(&mut self, result: Result<T, TreeError>) -> Result<T, FsError> {
+        let kept = self.0.take();
+        result.map_err(|error| kept.unwrap_or_else(|| error.into()))
     }
 }
 
@@ -240,12 +263,12 @@ impl<'j> Buffers<'j> for IndexCtx<'_, 'j> {
 impl<'j> TreeContext<'j> for IndexCtx<'_, 'j> {
     fn allocate_block(&mut self) -> Result<FsBlock, TreeError> {
         let result = self.allocate_index_block();
-        result.map_err(|error| self.fail(error))
+        result.map_err(|error| self.failure.keep(error))
     }
 
     fn free_block(&mut self, block: FsBlock) -> Result<(), TreeError> {
         let result = self.free_index_block(block);
-        result.map_err(|error| self.fail(error))
+        result.map_err(|error| self.failure.keep(error))
     }
 }
 
@@ -365,6 +388,36 @@ pub(crate) fn remove(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // A failed allocation's error comes back typed with its text, NoSpace stays NoSpace, a
+    // tree error with nothing kept converts as usual, and a kept error is used only once.
+    #[test]
+    fn failures_come_back_typed() {
+        let mut failure = Failure::default();
+        let order = FsError::from(cairn_alloc::AllocError::AgOrder { ag: 0, held: 2 });
+        let seen = failure.keep(order);
+        assert!(matches!(seen, TreeError::Context { .. }), "{seen:?}");
+        let back = failure.checked::<()>(Err(seen)).unwrap_err();
+        assert!(matches!(back, FsError::Io { .. }), "{back:?}");
+        let text = format!("{back}");
+        assert!(text.contains("AG locks must ascend"), "{text}");
+        let seen = failure.keep(FsError::NoSpace);
+        assert!(matches!(seen, TreeError::NoSpace { .. }), "{seen:?}");
+        let back = failure.checked::<()>(Err(seen)).unwrap_err();
+        assert!(matches!(back, FsError::NoSpace), "{back:?}");
+        let plain = TreeError::Corrupt {
+            block: 9,
+            what: "bad".into(),
+        };
+        let back = failure.checked::<()>(Err(plain)).unwrap_err();
+        assert!(matches!(back, FsError::Corrupt { .. }), "{back:?}");
+        failure.keep(FsError::NoSpace);
+        assert_eq!(failure.checked(Ok(3)).unwrap(), 3);
+        let plain = TreeError::NoSpace { why: "x".into() };
+        let back = failure.checked::<()>(Err(plain)).unwrap_err();
+        assert!(matches!(back, FsError::NoSpace));
+        assert!(failure.0.is_none());
+    }
 
     // Markers round-trip with and without a hint; a marker from before the hint (bits
     // 32..56 zero) reads as having none.

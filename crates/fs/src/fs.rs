@@ -346,6 +346,7 @@ impl Filesystem {
     pub(crate) fn begin(&self, reservation: Reservation) -> Result<Tx<'_>, FsError> {
         Ok(Tx {
             tx: self.journal.begin(reservation)?,
+            deferred_frees: Vec::new(),
         })
     }
 

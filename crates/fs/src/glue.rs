@@ -11,6 +11,10 @@ use cairn_journal::{Journal, Transaction};
 #[derive(Debug)]
 pub(crate) struct Tx<'j> {
     pub tx: Transaction<'j>,
+    /// Blocks unmapped in this transaction under a free intent, to be freed once it commits
+    /// (`dir::finish_deferred_frees`): freeing them in it could lock a lower AG's header
+    /// after a higher one (docs/alloc.md, lock order).
+    pub deferred_frees: Vec<(cairn_journal::IntentId, Vec<cairn_format::Extent>)>,
 }
 
 fn journal_error(block: FsBlock, error: cairn_journal::JournalError) -> TreeError {

@@ -479,13 +479,14 @@ impl Filesystem {
             Self::log_inode(&mut tx, target, target_data);
             logged.push(target_data);
         }
+        let deferred = std::mem::take(&mut tx.deferred_frees);
         let sequence = tx.tx.commit()?.0;
         for data in logged {
             data.last_sequence = sequence;
         }
         parents.source_dir().last_sequence = sequence;
         parents.target_dir().last_sequence = sequence;
-        Ok(())
+        crate::dir::finish_deferred_frees(self, deferred)
     }
 }
 

@@ -97,3 +97,54 @@ fn big_directory_create_lookup_readdir_remove() {
     fs.unmount().unwrap();
     fsck_clean(&device);
 }
+
+/// A formatted device of `fs_bytes` with 1 KiB blocks (small tree blocks) and `ag_count` AGs.
+fn small_block_device(fs_bytes: u64, ag_count: u32) -> std::sync::Arc<cairn_blockdev::MemDevice> {
+    let device = cairn_blockdev::MemDevice::new(fs_bytes, 1024);
+    let request = cairn_mkfs::Request {
+        fs_bytes: Some(fs_bytes),
+        block_size: 1024,
+        ag_count: Some(ag_count),
+        ..cairn_mkfs::Request::default()
+    };
+    let plan = cairn_mkfs::plan(fs_bytes, 1024, &request).unwrap();
+    let options = cairn_mkfs::FormatOptions {
+        uuid: Some([7; 16]),
+        discard: false,
+        now_secs: 1_700_000_000,
+    };
+    cairn_mkfs::format(&device, &plan, &options).unwrap();
+    std::sync::Arc::new(device)
+}
+
+// Regression (the million-entry removal, small): a directory whose inodes fill its AG keeps
+// growing into the next one, so its hash index has blocks in both AGs and its map is an
+// extent tree. A removal's index merge freed a block in the lower AG after the extent tree
+// had locked the higher AG's header, and the allocator refused (`AgOrder`). Index blocks a
+// removal gives back are now freed after it commits, under a free intent.
+#[test]
+fn remove_from_a_directory_spanning_two_ags() {
+    let count = 24_000;
+    let device = small_block_device(16 << 20, 2);
+    let fs = mount(&device);
+    let who = root();
+    let dir = fs.mkdir(fs.root(), b"big", 0o755, &who).unwrap().inode;
+    for index in 0..count {
+        let made = fs
+            .create(dir, &name(index), FileKind::Regular, 0o644, 0, &who)
+            .unwrap_or_else(|e| panic!("create {index}: {e}"));
+        fs.forget(made.inode, 1);
+    }
+    for index in 0..count {
+        fs.unlink(dir, &name(index), &who)
+            .unwrap_or_else(|e| panic!("remove {index}: {e}"));
+    }
+    let statfs = fs.statfs().unwrap();
+    let dir_blocks = fs.getattr(dir).unwrap().blocks_512 * 512 / u64::from(statfs.block_size);
+    fs.forget(dir, 1);
+    fs.rmdir(fs.root(), b"big", &who).unwrap();
+    let freed = fs.statfs().unwrap().blocks_free - statfs.blocks_free;
+    assert_eq!(freed, dir_blocks, "rmdir gives back every directory block");
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
