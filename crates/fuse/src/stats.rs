@@ -141,6 +141,8 @@ pub fn render(fs: &FsStats, requests: &RequestStats) -> String {
     section(&mut out, "bufcache", &format!("{:#?}", fs.bufcache));
     section(&mut out, "journal", &format!("{:#?}", fs.journal));
     section(&mut out, "alloc", &format!("{:#?}", fs.alloc));
+    section(&mut out, "data", &format!("{:#?}", fs.data));
+    section(&mut out, "extcache", &format!("{:#?}", fs.extcache));
     let _ = writeln!(out, "[fuse requests]");
     let _ = writeln!(
         out,
@@ -196,6 +198,28 @@ mod tests {
         assert_eq!(write.errors, 1);
         assert!(lookup.max_ns <= lookup.total_ns);
         assert_eq!(OP_NAMES.len(), Op::CopyFileRange as usize + 1);
+    }
+
+    // Every subsystem's counters are in the text, each under its own header.
+    #[test]
+    fn render_has_a_section_per_subsystem() {
+        let fs = FsStats {
+            fs: Default::default(),
+            bufcache: Default::default(),
+            journal: Default::default(),
+            alloc: Default::default(),
+            data: Default::default(),
+            extcache: Default::default(),
+        };
+        let text = render(&fs, &RequestStats::default());
+        for name in ["fs", "bufcache", "journal", "alloc", "data", "extcache"] {
+            assert!(
+                text.contains(&format!("[{name}]\n")),
+                "no [{name}] in {text}"
+            );
+        }
+        assert!(text.contains("preallocated_blocks: 0"), "{text}");
+        assert!(text.contains("reclaimable_objects: 0"), "{text}");
     }
 
     // A debug dump becomes one indented field a line under its section header.
