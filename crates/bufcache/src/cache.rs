@@ -17,7 +17,7 @@ use crate::BufCacheError;
 use crate::buffer::{BufKey, Buffer, DEAD, DELWRI_Q, DIRTY, ON_LRU, STALE, holds};
 use crate::config::{AgMap, BUFFER_BYTES_MAX, CacheConfig};
 use crate::guard::BufGuard;
-use crate::lookaside::{Fill, Lookaside};
+use crate::lookaside::{Fill, Lookaside, Source};
 use crate::ops::{LRU_REF_MAX, ReadSpec};
 use crate::shard::{AgShard, Index};
 use crate::stats::{Counter, Stats, StatsSnapshot};
@@ -36,13 +36,6 @@ enum Mode {
 enum Wait {
     Block,
     Try,
-}
-
-/// Where a hit came from, counted once the hit is locked and known good.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Source {
-    Lookaside,
-    Index,
 }
 
 /// Result of the write-locked slow path.
@@ -237,7 +230,8 @@ impl BufferCache {
     }
 
     /// This thread's lookaside slot (no lock), then the index under the read lock; an index
-    /// hit may then take the slot. Returns a held buffer.
+    /// hit may then take the slot (one thread-local table access for both). Returns a held
+    /// buffer.
     #[inline]
     fn find_cached(
         &self,
@@ -246,25 +240,16 @@ impl BufferCache {
         key: BufKey,
         ag_block: u32,
     ) -> Option<(Arc<Buffer>, Source)> {
-        let generation = shard.generation();
         let hold = |buffer: &Arc<Buffer>| self.hold_live(buffer);
-        if let Some(buffer) = self
-            .lookaside
-            .hit(ag, ag_block, key, generation, &self.stats, hold)
-        {
-            return Some((buffer, Source::Lookaside));
-        }
-        let buffer = {
+        let index = || {
             let index = shard.index.read();
             let buffer = index.get(&key)?;
             // A stale entry is replaced by the write-locked path.
-            if !self.hold_live(buffer) {
-                return None;
-            }
-            Arc::clone(buffer)
+            self.hold_live(buffer).then(|| Arc::clone(buffer))
         };
-        self.offer_slot(ag, ag_block, &buffer, Fill::IndexHit);
-        Some((buffer, Source::Index))
+        let generation = shard.generation();
+        self.lookaside
+            .find((ag, ag_block), key, generation, &self.stats, hold, index)
     }
 
     /// Offers a held buffer to this thread's slot. It may turn stale or dead at any time

@@ -20,23 +20,49 @@
 //! lookup in that AG that sees a newer one first drops every stale or dead occupant. The
 //! thread that removes or invalidates a buffer also clears its own slot at once. So only a
 //! thread that has not looked in an AG since keeps dead buffers of it: at most slot count x
-//! AGs buffers per thread and cache. A thread keeps tables for at most `CACHES_PER_THREAD`
-//! caches, drops the tables of dropped caches when it makes a new one, and a cache being
-//! dropped clears the dropping thread's table.
+//! AGs buffers per thread and cache. A buffer is offered to a slot only if it is live after
+//! the sweep, so a swept table holds no buffer that died before the generation it saw.
+//!
+//! Finding the thread's table is O(1): each live cache has a small dense id (reused after the
+//! cache is dropped) indexing the thread's table vector, and a never-reused serial telling a
+//! dropped cache's table from the current one. A thread drops the tables of dropped caches
+//! when it makes a new table, and a cache being dropped clears the dropping thread's table, so
+//! a thread keeps tables for at most as many caches as were ever alive at once.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use crate::buffer::{BufKey, Buffer, DEAD, STALE};
 use crate::config::LOOKASIDE_REPLACE_AFTER;
 use crate::stats::{Counter, Stats};
 
-/// Caches a thread keeps slot tables for; the least recently used one goes first.
-const CACHES_PER_THREAD: usize = 8;
+/// Cache serials, never reused, so a table left by a dropped cache never matches a new one.
+static NEXT_CACHE_SERIAL: AtomicU64 = AtomicU64::new(1);
 
-/// Cache ids, never reused, so a table left by a dropped cache never matches a new one.
-static NEXT_CACHE_ID: AtomicU64 = AtomicU64::new(1);
+/// Which dense ids live caches use (`true` = taken); the lowest free one is handed out.
+static DENSE_IDS: Mutex<Vec<bool>> = Mutex::new(Vec::new());
+
+fn take_dense_id() -> usize {
+    let mut ids = DENSE_IDS.lock().unwrap_or_else(PoisonError::into_inner);
+    match ids.iter().position(|taken| !taken) {
+        Some(id) => {
+            ids[id] = true;
+            id
+        }
+        None => {
+            ids.push(true);
+            ids.len() - 1
+        }
+    }
+}
+
+fn give_back_dense_id(id: usize) {
+    let mut ids = DENSE_IDS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(taken) = ids.get_mut(id) {
+        *taken = false;
+    }
+}
 
 /// The key of an empty slot: no lookup asks for 0 blocks.
 const EMPTY_KEY: BufKey = BufKey {
@@ -72,27 +98,46 @@ impl Slot {
         self.buffer = Some(Arc::clone(buffer));
         self.rival = 0;
     }
+
+    /// Offers `buffer`, live and held by the caller, to this slot of a table just swept, so
+    /// the occupant (if any) was live at the sweep and is not `buffer` unless keys match.
+    fn offer(&mut self, ag_block: u32, buffer: &Arc<Buffer>, fill: Fill, stats: &Stats) {
+        let take = match fill {
+            Fill::Insert => true,
+            Fill::IndexHit if self.buffer.is_none() => true,
+            Fill::IndexHit if self.key == buffer.key => false,
+            Fill::IndexHit => rival_hit(&mut self.rival, ag_block) >= LOOKASIDE_REPLACE_AFTER,
+        };
+        // Checked after the sweep's generation load: a buffer that died before that
+        // generation is seen dead here, so it never sits in a table swept past its death.
+        if take && is_live(buffer) {
+            self.fill(buffer);
+            stats.bump(Counter::LookasideInserts);
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct AgTable {
     /// The AG's generation when this table was last swept of stale and dead occupants.
     generation_seen: u64,
-    /// Empty until the first fill, so AGs a thread never uses cost nothing.
+    /// Empty until the first lookup, so AGs a thread never uses cost nothing.
     slots: Box<[Slot]>,
 }
 
 #[derive(Debug)]
 struct CacheTable {
-    cache_id: u64,
+    /// The owning cache's serial: a table at the same dense id with another serial is a
+    /// dropped cache's.
+    serial: u64,
     /// Gone when the cache is dropped.
     alive: Weak<()>,
     ags: Box<[AgTable]>,
 }
 
 thread_local! {
-    /// This thread's tables, the most recently used cache first.
-    static TABLES: RefCell<Vec<CacheTable>> = const { RefCell::new(Vec::new()) };
+    /// This thread's tables, indexed by the caches' dense ids.
+    static TABLES: RefCell<Vec<Option<CacheTable>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// What offers a buffer to its slot.
@@ -100,9 +145,16 @@ thread_local! {
 pub(crate) enum Fill {
     /// A buffer just inserted (read or created): about to be used, so it takes the slot.
     Insert,
-    /// An index hit: takes the slot only if it is empty, names a stale or dead buffer, or
-    /// after `LOOKASIDE_REPLACE_AFTER` index hits of this block in a row.
+    /// An index hit: takes the slot only if it is empty, or after `LOOKASIDE_REPLACE_AFTER`
+    /// index hits of this block in a row (stale and dead occupants are swept out first).
     IndexHit,
+}
+
+/// Where a found buffer came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    Lookaside,
+    Index,
 }
 
 /// One thread's view of its slots for one AG, for invariant checks.
@@ -119,14 +171,36 @@ pub(crate) struct ThreadSlots {
 /// A cache's handle on its threads' slot tables.
 #[derive(Debug)]
 pub(crate) struct Lookaside {
-    cache_id: u64,
+    dense_id: usize,
+    serial: u64,
     slot_count: u32,
+    /// `slot_count`'s multiplier for `fast_mod`.
+    mod_multiplier: u64,
     ag_count: usize,
     alive: Arc<()>,
 }
 
+impl Drop for Lookaside {
+    fn drop(&mut self) {
+        give_back_dense_id(self.dense_id);
+    }
+}
+
 fn is_live(buffer: &Buffer) -> bool {
     buffer.load_state() & (STALE | DEAD) == 0
+}
+
+/// The multiplier making `fast_mod(n, m, divisor)` equal `n % divisor` (Lemire, Kaser and
+/// Kurz, "Faster remainder by direct computation", 2019): a multiply instead of a divide on
+/// every lookup. `divisor` 1 gives 0, which `fast_mod` also maps to 0.
+fn mod_multiplier(divisor: u32) -> u64 {
+    (u64::MAX / u64::from(divisor.max(1))).wrapping_add(1)
+}
+
+#[inline]
+fn fast_mod(n: u32, multiplier: u64, divisor: u32) -> u32 {
+    let low = multiplier.wrapping_mul(u64::from(n));
+    ((u128::from(low) * u128::from(divisor)) >> 64) as u32
 }
 
 impl AgTable {
@@ -151,13 +225,22 @@ impl AgTable {
             stats.add(Counter::LookasideRemoves, dropped);
         }
     }
+
+    fn slots_made(&mut self, slot_count: usize) -> &mut [Slot] {
+        if self.slots.is_empty() {
+            self.slots = (0..slot_count).map(|_| Slot::EMPTY).collect();
+        }
+        &mut self.slots
+    }
 }
 
 impl Lookaside {
     pub(crate) fn new(slot_count: u32, ag_count: usize) -> Self {
         Self {
-            cache_id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
+            dense_id: take_dense_id(),
+            serial: NEXT_CACHE_SERIAL.fetch_add(1, Ordering::Relaxed),
             slot_count,
+            mod_multiplier: mod_multiplier(slot_count),
             ag_count,
             alive: Arc::new(()),
         }
@@ -165,7 +248,7 @@ impl Lookaside {
 
     #[inline]
     fn slot_index(&self, ag_block: u32) -> usize {
-        (ag_block % self.slot_count) as usize
+        fast_mod(ag_block, self.mod_multiplier, self.slot_count) as usize
     }
 
     /// Runs `f` on this thread's table for `ag`, swept first. `None` when the slots are off,
@@ -182,84 +265,93 @@ impl Lookaside {
         if self.slot_count == 0 {
             return None;
         }
-        let run = |tables: &RefCell<Vec<CacheTable>>| {
+        let run = |tables: &RefCell<Vec<Option<CacheTable>>>| {
             let mut tables = tables.try_borrow_mut().ok()?;
-            let table = self.table(&mut tables, generation, create)?;
-            let ag_table = &mut table.ags[ag];
+            let ours =
+                matches!(tables.get(self.dense_id), Some(Some(t)) if t.serial == self.serial);
+            if !ours {
+                if !create {
+                    return None;
+                }
+                self.make_table(&mut tables, generation);
+            }
+            let ag_table = tables.get_mut(self.dense_id)?.as_mut()?.ags.get_mut(ag)?;
             ag_table.sweep(generation, stats);
             Some(f(ag_table))
         };
         TABLES.try_with(run).ok().flatten()
     }
 
-    /// This thread's table for this cache, moved to the front; made if `create`.
-    #[inline]
-    fn table<'t>(
-        &self,
-        tables: &'t mut Vec<CacheTable>,
-        generation: &AtomicU64,
-        create: bool,
-    ) -> Option<&'t mut CacheTable> {
-        match tables.iter().position(|t| t.cache_id == self.cache_id) {
-            Some(0) => {}
-            Some(at) => tables[..=at].rotate_right(1),
-            None if !create => return None,
-            None => {
-                tables.retain(|t| t.alive.strong_count() > 0);
-                tables.truncate(CACHES_PER_THREAD - 1);
-                // Empty tables need no sweep: start at the current generation (any AG's
-                // value will do, the first sweep just finds nothing to drop).
-                let seen = generation.load(Ordering::Acquire);
-                let ags = (0..self.ag_count)
-                    .map(|_| AgTable {
-                        generation_seen: seen,
-                        slots: Box::default(),
-                    })
-                    .collect();
-                tables.insert(
-                    0,
-                    CacheTable {
-                        cache_id: self.cache_id,
-                        alive: Arc::downgrade(&self.alive),
-                        ags,
-                    },
-                );
+    /// Makes this thread's table for this cache at its dense id, replacing a dropped cache's,
+    /// and drops every other dropped cache's table.
+    #[cold]
+    fn make_table(&self, tables: &mut Vec<Option<CacheTable>>, generation: &AtomicU64) {
+        for table in tables.iter_mut() {
+            if table.as_ref().is_some_and(|t| t.alive.strong_count() == 0) {
+                *table = None;
             }
         }
-        tables.first_mut()
+        if tables.len() <= self.dense_id {
+            tables.resize_with(self.dense_id + 1, || None);
+        }
+        // Empty tables need no sweep: start at the current generation (any AG's value will
+        // do, the first sweep just finds nothing to drop).
+        let seen = generation.load(Ordering::Acquire);
+        let ags = (0..self.ag_count)
+            .map(|_| AgTable {
+                generation_seen: seen,
+                slots: Box::default(),
+            })
+            .collect();
+        tables[self.dense_id] = Some(CacheTable {
+            serial: self.serial,
+            alive: Arc::downgrade(&self.alive),
+            ags,
+        });
     }
 
-    /// The buffer in this thread's slot for `key`, held by `hold` (which refuses stale and
-    /// dead buffers). A refused occupant is dropped from the slot.
+    /// Finds a held buffer for `key`: this thread's slot first, held by `hold` (which refuses
+    /// stale and dead buffers; a refused occupant is dropped from the slot), else `index`
+    /// (which returns a held buffer), whose hit is then offered to the same slot. One table
+    /// access for both; a slot miss costs a compare of the slot's key copy.
     #[inline]
-    pub(crate) fn hit(
+    pub(crate) fn find(
         &self,
-        ag: usize,
-        ag_block: u32,
+        (ag, ag_block): (usize, u32),
         key: BufKey,
         generation: &AtomicU64,
         stats: &Stats,
         hold: impl FnOnce(&Arc<Buffer>) -> bool,
-    ) -> Option<Arc<Buffer>> {
-        let slot_index = self.slot_index_checked(ag_block)?;
-        self.with_ag(ag, generation, stats, false, |table| {
-            let slot = table.slots.get_mut(slot_index)?;
-            if slot.key != key {
-                return None;
-            }
-            let buffer = slot.buffer.as_ref()?;
-            if hold(buffer) {
-                let buffer = Arc::clone(buffer);
-                if slot.rival != 0 {
-                    slot.rival = 0;
+        index: impl FnOnce() -> Option<Arc<Buffer>>,
+    ) -> Option<(Arc<Buffer>, Source)> {
+        let mut index = Some(index);
+        let slot_count = self.slot_count as usize;
+        let slot_index = self.slot_index_checked(ag_block);
+        let found = slot_index.and_then(|slot_index| {
+            self.with_ag(ag, generation, stats, true, |table| {
+                let slot = &mut table.slots_made(slot_count)[slot_index];
+                if slot.key == key {
+                    if let Some(buffer) = slot.buffer.as_ref().filter(|b| hold(b)) {
+                        let buffer = Arc::clone(buffer);
+                        slot.rival = 0;
+                        return Some((buffer, Source::Lookaside));
+                    }
+                    slot.empty();
+                    stats.bump(Counter::LookasideRemoves);
                 }
-                return Some(buffer);
-            }
-            slot.empty();
-            stats.bump(Counter::LookasideRemoves);
-            None
-        })
-        .flatten()
+                let buffer = index.take().and_then(|index| index())?;
+                slot.offer(ag_block, &buffer, Fill::IndexHit, stats);
+                Some((buffer, Source::Index))
+            })
+        });
+        match found {
+            Some(found) => found,
+            // Slots off, or no thread-local table (thread exit): the index alone.
+            None => index
+                .take()
+                .and_then(|index| index())
+                .map(|buffer| (buffer, Source::Index)),
+        }
     }
 
     /// Whether this thread's slot names a live buffer for `key` (no hold taken).
@@ -286,7 +378,7 @@ impl Lookaside {
         .unwrap_or(false)
     }
 
-    /// Offers `buffer` to this thread's slot under the `fill` rule; counts a fill.
+    /// Offers `buffer` (held by the caller) to this thread's slot under the `fill` rule.
     pub(crate) fn offer(
         &self,
         ag: usize,
@@ -301,25 +393,7 @@ impl Lookaside {
         };
         let slot_count = self.slot_count as usize;
         self.with_ag(ag, generation, stats, true, |table| {
-            if table.slots.is_empty() {
-                table.slots = (0..slot_count).map(|_| Slot::EMPTY).collect();
-            }
-            let slot = &mut table.slots[slot_index];
-            let take = match (&slot.buffer, fill) {
-                (_, Fill::Insert) | (None, _) => true,
-                (Some(current), Fill::IndexHit) if Arc::ptr_eq(current, buffer) => false,
-                (Some(current), Fill::IndexHit) if is_live(current) => {
-                    rival_hit(&mut slot.rival, ag_block) >= LOOKASIDE_REPLACE_AFTER
-                }
-                (Some(_), Fill::IndexHit) => {
-                    stats.bump(Counter::LookasideRemoves);
-                    true
-                }
-            };
-            if take {
-                slot.fill(buffer);
-                stats.bump(Counter::LookasideInserts);
-            }
+            table.slots_made(slot_count)[slot_index].offer(ag_block, buffer, fill, stats);
         });
     }
 
@@ -351,9 +425,12 @@ impl Lookaside {
         if self.slot_count == 0 {
             return None;
         }
-        let look = |tables: &RefCell<Vec<CacheTable>>| {
+        let look = |tables: &RefCell<Vec<Option<CacheTable>>>| {
             let tables = tables.try_borrow().ok()?;
-            let table = tables.iter().find(|t| t.cache_id == self.cache_id)?;
+            let table = tables.get(self.dense_id)?.as_ref()?;
+            if table.serial != self.serial {
+                return None;
+            }
             let ag_table = &table.ags[ag];
             let entries = ag_table
                 .slots
@@ -378,8 +455,11 @@ impl Lookaside {
     /// Drops this thread's table for this cache (the cache is being dropped).
     pub(crate) fn forget_this_thread(&self) {
         let _ = TABLES.try_with(|tables| {
-            if let Ok(mut tables) = tables.try_borrow_mut() {
-                tables.retain(|t| t.cache_id != self.cache_id);
+            if let Ok(mut tables) = tables.try_borrow_mut()
+                && let Some(table) = tables.get_mut(self.dense_id)
+                && table.as_ref().is_some_and(|t| t.serial == self.serial)
+            {
+                *table = None;
             }
         });
     }
@@ -403,4 +483,43 @@ fn rival_hit(word: &mut u64, ag_block: u32) -> u32 {
     };
     *word = tag << 32 | u64::from(run);
     run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        // Checks the multiply-based remainder against `%` for any block and slot count.
+        #[test]
+        fn fast_mod_is_remainder(n in any::<u32>(), divisor in 1u32..) {
+            prop_assert_eq!(fast_mod(n, mod_multiplier(divisor), divisor), n % divisor);
+        }
+    }
+
+    // Checks the edges: divisor 1, the largest divisor and block numbers.
+    #[test]
+    fn fast_mod_edges() {
+        for divisor in [1u32, 2, 3, 37, 64, u32::MAX - 1, u32::MAX] {
+            for n in [0u32, 1, divisor - 1, divisor, u32::MAX - 1, u32::MAX] {
+                assert_eq!(fast_mod(n, mod_multiplier(divisor), divisor), n % divisor);
+            }
+        }
+    }
+
+    // Checks that dense ids are reused lowest first once given back, and serials never are.
+    #[test]
+    fn dense_ids_are_reused_serials_are_not() {
+        let first = Lookaside::new(37, 1);
+        let second = Lookaside::new(37, 1);
+        assert_ne!(first.dense_id, second.dense_id);
+        let (id, serial) = (first.dense_id, first.serial);
+        assert!(id < 64, "ids stay dense");
+        drop(first);
+        let third = Lookaside::new(37, 1);
+        // Another test may take the freed id in between; live caches never share one.
+        assert!(third.serial > serial);
+        assert_ne!(third.dense_id, second.dense_id);
+    }
 }

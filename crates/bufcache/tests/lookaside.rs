@@ -388,3 +388,50 @@ fn slots_are_per_thread() {
     assert_eq!(after.lookaside_inserts, before.lookaside_inserts + 1);
     cache.check_invariants().unwrap();
 }
+
+// Checks a thread whose slots still own a dropped cache's buffers (that cache dropped on
+// another thread) using a new cache, which takes the freed table id whenever no other test
+// took it first: the new cache never sees the old cache's slots (they are another cache's
+// by serial) and reads its own device.
+#[test]
+fn dropped_cache_slots_are_not_seen_by_a_new_cache() {
+    use std::sync::{Arc, mpsc};
+    let (jobs, job_queue) = mpsc::channel::<(Arc<cairn_bufcache::BufferCache>, bool)>();
+    let (done, done_queue) = mpsc::channel();
+    let helper = std::thread::spawn(move || {
+        for (cache, fill) in job_queue {
+            if fill {
+                fill_own_slot(&cache, 40);
+            } else {
+                assert!(!cache.is_cached(BufKey::single(40)));
+                let guard = cache.get(BufKey::single(40), &raw()).unwrap();
+                assert!(
+                    guard.iter().all(|&b| b == 0x5a),
+                    "the new device's contents"
+                );
+                drop(guard);
+                let stats = cache.stats();
+                assert_eq!((stats.lookaside_hits, stats.misses), (0, 1));
+                cache.check_invariants().unwrap();
+            }
+            drop(cache);
+            done.send(()).unwrap();
+        }
+    });
+    let first = Arc::new(cache_on(&formatted_device(), config()));
+    jobs.send((Arc::clone(&first), true)).unwrap();
+    done_queue.recv().unwrap();
+    // Dropped here, on this thread: the helper's table for it stays.
+    drop(first);
+    let device = Arc::new(cairn_blockdev::MemDevice::new(
+        u64::from(AG_BLOCKS * AG_COUNT) * u64::from(BLOCK_SIZE),
+        BLOCK_SIZE,
+    ));
+    let bytes = cairn_blockdev::AlignedBuf::from_slice(&[0x5a; BLOCK_SIZE as usize]);
+    cairn_blockdev::BlockDevice::write_at(&*device, 40 * u64::from(BLOCK_SIZE), &bytes).unwrap();
+    let second = Arc::new(cache_on(&device, config()));
+    jobs.send((second, false)).unwrap();
+    done_queue.recv().unwrap();
+    drop(jobs);
+    helper.join().unwrap();
+}
