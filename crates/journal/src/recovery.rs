@@ -558,7 +558,7 @@ impl<'d> Replay<'d> {
         let mut changed = false;
         for (slot, inode) in raw.chunks_exact_mut(create.inode_size as usize).enumerate() {
             let home = before.slots.get(slot).copied().unwrap_or(Lsn::ZERO);
-            if before.inodes && home >= lsn {
+            if home >= lsn {
                 continue;
             }
             let number = create.first_inode + slot as u64;
@@ -569,11 +569,23 @@ impl<'d> Replay<'d> {
     }
 }
 
+/// The LSN of one inode slot of a home block, if it holds an intact inode (inode magic and its
+/// own CRC); `None` otherwise (never written, torn, or not an inode).
+fn intact_inode_lsn(slot: &[u8]) -> Option<Lsn> {
+    let header = MetaHeader::decode(slot).ok()?;
+    let intact =
+        header.magic == MetaKind::Inode.magic() && cairn_format::block_crc(slot) == header.crc;
+    intact.then_some(header.lsn)
+}
+
 /// The LSNs of a home block as replay found it before the current checkpoint.
 #[derive(Debug, Clone)]
 struct HomeLsns {
     block_bytes: usize,
-    /// The block is an inode cluster: each inode has its own header and LSN.
+    /// The block is an inode cluster: each inode has its own header and LSN. Known from any
+    /// intact inode in it, not from the first one alone: a torn write home of a cluster can
+    /// leave any sector old (never written) and the others new. Inode chunks are never
+    /// freed, so a block holding an intact inode is a cluster.
     inodes: bool,
     /// The whole block's LSN (for blocks that are not inode clusters).
     whole: Lsn,
@@ -583,12 +595,17 @@ struct HomeLsns {
 
 impl HomeLsns {
     fn of(raw: &[u8], inode_size: usize) -> Self {
-        let inodes = MetaHeader::decode(raw).is_ok_and(|h| h.magic == MetaKind::Inode.magic());
+        let slots: Vec<Option<Lsn>> = raw.chunks_exact(inode_size).map(intact_inode_lsn).collect();
+        let inodes = slots.iter().any(Option::is_some)
+            || MetaHeader::decode(raw).is_ok_and(|h| h.magic == MetaKind::Inode.magic());
         Self {
             block_bytes: raw.len(),
             inodes,
             whole: home_lsn(raw),
-            slots: raw.chunks_exact(inode_size).map(home_lsn).collect(),
+            slots: slots
+                .into_iter()
+                .map(|lsn| lsn.unwrap_or(Lsn::ZERO))
+                .collect(),
         }
     }
 }

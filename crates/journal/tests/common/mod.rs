@@ -19,13 +19,22 @@ pub static DIR_OPS: HeaderOps = HeaderOps::new(MetaKind::DirData);
 
 /// A freshly formatted memory device of `fs_bytes` with a log of `log_bytes` (or the default).
 pub fn make_fs(fs_bytes: u64, log_bytes: Option<u64>) -> (Arc<MemDevice>, Superblock) {
-    let device = MemDevice::new(fs_bytes, SECTOR);
+    make_fs_with_sectors(fs_bytes, log_bytes, SECTOR)
+}
+
+/// As `make_fs`, on a device of `sector`-byte sectors (512 lets a crash tear a block).
+pub fn make_fs_with_sectors(
+    fs_bytes: u64,
+    log_bytes: Option<u64>,
+    sector: u32,
+) -> (Arc<MemDevice>, Superblock) {
+    let device = MemDevice::new(fs_bytes, sector);
     let request = Request {
         fs_bytes: Some(fs_bytes),
         log_bytes,
         ..Request::default()
     };
-    let plan = cairn_mkfs::plan(fs_bytes, SECTOR, &request).unwrap();
+    let plan = cairn_mkfs::plan(fs_bytes, sector, &request).unwrap();
     let options = FormatOptions {
         uuid: Some(UUID),
         discard: false,
