@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use cairn_blockdev::MemDevice;
-use cairn_crashtest::explore::ExploreConfig;
+use cairn_blockdev::{CrashPoint, MemDevice};
+use cairn_crashtest::explore::{self, ExploreConfig};
 use cairn_crashtest::image::{self, SECTOR_BYTES};
 use cairn_crashtest::op::Op;
 use cairn_crashtest::suite;
@@ -144,4 +144,53 @@ fn regression_grow_after_shrink_reads_zeros() {
     assert!(read_zeros(&fs, file, 5000, 8000));
     fs.unmount().unwrap();
     image::fsck(crashed.as_ref()).unwrap();
+}
+
+/// Sector patterns for tearing a write of `sectors` 512-byte sectors: the first sector of
+/// every 4 KiB block old and the rest new, and the reverse.
+fn block_head_tears(sectors: usize) -> [Vec<bool>; 2] {
+    let per_block = 4096 / SECTOR_BYTES as usize;
+    [
+        (0..sectors).map(|s| s % per_block != 0).collect(),
+        (0..sectors).map(|s| s % per_block == 0).collect(),
+    ]
+}
+
+// The setup's sync makes directory E durable with its new chunk's create item and E's inode
+// item in one checkpoint; the unmount then writes the cluster home. Every write of every epoch
+// is torn (earlier writes of the epoch kept) so that each block's first sector is old and the
+// rest new, or the reverse. A cluster whose first sector was old (never written) used to be
+// taken for a plain block: replaying the create wiped every inode, and E's newer item was then
+// skipped because E's own sector already carried its LSN, so E read back free
+// (docs/reliability.md item 5).
+#[test]
+fn regression_torn_cluster_write_home_keeps_durable_directory() {
+    let ops = [
+        Op::Create("A/new".into()),
+        Op::Write {
+            path: "foo".into(),
+            offset: 40000,
+            len: 100,
+            id: 100,
+        },
+        Op::Fsync(String::new()),
+    ];
+    let base = cairn_crashtest::explore::base_image(image::CRASH_DEVICE_BYTES).unwrap();
+    let device = Arc::new(MemDevice::from_image(base, SECTOR_BYTES).unwrap());
+    let trace =
+        cairn_crashtest::runner::run(&device, &cairn_crashtest::op::setup_ops(), &ops).unwrap();
+    let mut checked = 0;
+    for flush_index in 0..=device.flush_count() {
+        for (index, write) in device.writes_after_flush(flush_index).iter().enumerate() {
+            let sectors = (write.len / u64::from(SECTOR_BYTES)) as usize;
+            for kept in block_head_tears(sectors) {
+                let point = (0..index).fold(CrashPoint::at_flush(flush_index), CrashPoint::keep);
+                let point = point.tear(index, kept);
+                let problems = explore::check_point(&device, &trace, &point);
+                assert!(problems.is_empty(), "{point:?}: {problems:?}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 0);
 }
