@@ -206,13 +206,14 @@ impl Filesystem {
 
     /// Statistics for `statfs`, summed from the AG headers and in-memory inode counts.
     pub fn statfs(&self) -> Result<StatFs, FsError> {
-        // Each AG's reserve (for inode frees, `inode_tree_reserve`) is not free for data.
-        let reserve = self.alloc.ag_reserve();
         let mut free_blocks = 0u64;
         for ag in 0..self.geometry.ag_count {
-            let free = self.read_agf(ag)?.free_blocks;
-            free_blocks += u64::from(free.saturating_sub(reserve));
+            free_blocks += u64::from(self.read_agf(ag)?.free_blocks);
         }
+        // The AGs' reserves (for inode frees, `inode_tree_reserve`) are not free for data. Taken
+        // off the total, not per AG, so every block freed counts (an AG may be below its reserve).
+        let reserved = u64::from(self.alloc.ag_reserve()) * u64::from(self.geometry.ag_count);
+        let free_blocks = free_blocks.saturating_sub(reserved);
         let (inodes, inodes_free) = self.inode_totals();
         // Free blocks can become inodes: 64 per chunk.
         let per_block = u64::from(self.geometry.inodes_per_block());
