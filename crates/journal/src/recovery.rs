@@ -452,9 +452,15 @@ impl<'d> Replay<'d> {
         {
             return Ok(before.clone());
         }
-        let inode_size = self.geometry.inode_size as usize;
+        let g = self.geometry;
+        let first_inode = g.inode_number(g.ag_of(FsBlock(block)), g.ag_block_of(FsBlock(block)), 0);
+        let place = SlotPlace {
+            inode_size: g.inode_size as usize,
+            first_inode: first_inode.0,
+            uuid: self.uuid,
+        };
         let raw = self.block(block, block_bytes)?;
-        let before = HomeLsns::of(raw, inode_size);
+        let before = HomeLsns::of(raw, &place);
         self.before.insert(block, before.clone());
         Ok(before)
     }
@@ -569,12 +575,25 @@ impl<'d> Replay<'d> {
     }
 }
 
-/// The LSN of one inode slot of a home block, if it holds an intact inode (inode magic and its
-/// own CRC); `None` otherwise (never written, torn, or not an inode).
-fn intact_inode_lsn(slot: &[u8]) -> Option<Lsn> {
-    let header = MetaHeader::decode(slot).ok()?;
-    let intact =
-        header.magic == MetaKind::Inode.magic() && cairn_format::block_crc(slot) == header.crc;
+/// What an intact inode in a home block must say about itself.
+struct SlotPlace {
+    inode_size: usize,
+    /// The number the block's first slot would have if the block is an inode cluster (the
+    /// numbers of a cluster's slots follow on, even across blocks of one AG).
+    first_inode: u64,
+    uuid: [u8; 16],
+}
+
+/// The LSN of inode slot `slot` of a home block, if it holds an intact inode: inode magic,
+/// its own CRC, this filesystem's UUID and the number of that place (so stale data that
+/// looks like an inode does not count); `None` otherwise (never written, torn, not an inode).
+fn intact_inode_lsn(raw: &[u8], slot: usize, place: &SlotPlace) -> Option<Lsn> {
+    let bytes = raw.get(slot * place.inode_size..(slot + 1) * place.inode_size)?;
+    let header = MetaHeader::decode(bytes).ok()?;
+    let intact = header.magic == MetaKind::Inode.magic()
+        && header.uuid == place.uuid
+        && header.blkno == place.first_inode + slot as u64
+        && cairn_format::block_crc(bytes) == header.crc;
     intact.then_some(header.lsn)
 }
 
@@ -594,8 +613,11 @@ struct HomeLsns {
 }
 
 impl HomeLsns {
-    fn of(raw: &[u8], inode_size: usize) -> Self {
-        let slots: Vec<Option<Lsn>> = raw.chunks_exact(inode_size).map(intact_inode_lsn).collect();
+    fn of(raw: &[u8], place: &SlotPlace) -> Self {
+        let count = raw.len() / place.inode_size.max(1);
+        let slots: Vec<Option<Lsn>> = (0..count)
+            .map(|slot| intact_inode_lsn(raw, slot, place))
+            .collect();
         let inodes = slots.iter().any(Option::is_some)
             || MetaHeader::decode(raw).is_ok_and(|h| h.magic == MetaKind::Inode.magic());
         Self {
@@ -670,4 +692,69 @@ fn last_cancels(checkpoints: &[&Checkpoint]) -> HashMap<u64, (usize, usize)> {
         }
     }
     cancels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UUID: [u8; 16] = [4; 16];
+    const FIRST: u64 = 80;
+
+    fn place() -> SlotPlace {
+        SlotPlace {
+            inode_size: 512,
+            first_inode: FIRST,
+            uuid: UUID,
+        }
+    }
+
+    /// A cluster of 8 free inodes, each stamped with LSN (1, slot).
+    fn cluster() -> Vec<u8> {
+        let mut block = vec![0u8; 4096];
+        for (slot, raw) in block.chunks_exact_mut(512).enumerate() {
+            write_free_inode(raw, FIRST + slot as u64, UUID, 1, Lsn::new(1, slot as u32));
+        }
+        block
+    }
+
+    // A torn write home can leave the first sector never written: the block is still an
+    // inode cluster, known from its other intact inodes, each with its own LSN.
+    #[test]
+    fn cluster_with_a_torn_first_inode_is_still_a_cluster() {
+        let mut block = cluster();
+        block[..512].fill(0);
+        let home = HomeLsns::of(&block, &place());
+        assert!(home.inodes);
+        assert_eq!(home.slots[0], Lsn::ZERO);
+        assert_eq!(home.slots[1], Lsn::new(1, 1));
+        block.fill(0);
+        assert!(!HomeLsns::of(&block, &place()).inodes);
+    }
+
+    // Bytes that look like an inode but name another filesystem or another place (stale
+    // data, a file holding an image) do not count as an intact inode.
+    #[test]
+    fn inode_of_another_place_or_filesystem_does_not_count() {
+        let block = cluster();
+        let elsewhere = SlotPlace {
+            first_inode: FIRST + 8,
+            ..place()
+        };
+        let other_fs = SlotPlace {
+            uuid: [5; 16],
+            ..place()
+        };
+        for wrong in [elsewhere, other_fs] {
+            let home = HomeLsns::of(&block, &wrong);
+            assert!(home.slots.iter().all(|&lsn| lsn == Lsn::ZERO));
+        }
+        let mut corrupt = cluster();
+        corrupt[600] ^= 1;
+        assert_eq!(intact_inode_lsn(&corrupt, 1, &place()), None);
+        assert_eq!(
+            intact_inode_lsn(&corrupt, 2, &place()),
+            Some(Lsn::new(1, 2))
+        );
+    }
 }
