@@ -93,7 +93,13 @@ fn big_directory_create_lookup_readdir_remove() {
     fs.rmdir(fs.root(), b"big", &who).unwrap();
     let freed = fs.statfs().unwrap().blocks_free - free_before;
     println!("bigdir rmdir: {dir_blocks} blocks, {freed} freed");
-    assert_eq!(freed, dir_blocks, "rmdir gives back every directory block");
+    // Freeing thousands of scattered extents can grow the free-space trees by a few blocks
+    // (taken from free space through the AG free list); fsck below proves nothing leaked.
+    let slack = dir_blocks / 1024 + 4;
+    assert!(
+        freed <= dir_blocks && freed + slack >= dir_blocks,
+        "rmdir gives back every directory block: {freed} of {dir_blocks}"
+    );
     fs.unmount().unwrap();
     fsck_clean(&device);
 }
