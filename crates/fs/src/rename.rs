@@ -301,7 +301,9 @@ impl Filesystem {
         if let Err(error) = changed {
             // Nothing was changed in core (a failed add restores the directory): keep the
             // transaction's consistent allocator changes.
+            let deferred = std::mem::take(&mut tx.deferred_frees);
             tx.tx.commit()?;
+            crate::dir::finish_deferred_frees(self, deferred)?;
             return Ok(Err(error));
         }
         self.commit_rename(tx, parents, request, moved)?;
