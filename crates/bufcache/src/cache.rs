@@ -240,16 +240,25 @@ impl BufferCache {
         key: BufKey,
         ag_block: u32,
     ) -> Option<(Arc<Buffer>, Source)> {
+        if !self.lookaside.is_on() {
+            return self
+                .index_hit(shard, key)
+                .map(|buffer| (buffer, Source::Index));
+        }
         let hold = |buffer: &Arc<Buffer>| self.hold_live(buffer);
-        let index = || {
-            let index = shard.index.read();
-            let buffer = index.get(&key)?;
-            // A stale entry is replaced by the write-locked path.
-            self.hold_live(buffer).then(|| Arc::clone(buffer))
-        };
+        let index = || self.index_hit(shard, key);
         let generation = shard.generation();
         self.lookaside
             .find((ag, ag_block), key, generation, &self.stats, hold, index)
+    }
+
+    /// The index's live buffer for `key`, held, under the AG's read lock.
+    #[inline(always)]
+    fn index_hit(&self, shard: &AgShard, key: BufKey) -> Option<Arc<Buffer>> {
+        let index = shard.index.read();
+        let buffer = index.get(&key)?;
+        // A stale entry is replaced by the write-locked path.
+        self.hold_live(buffer).then(|| Arc::clone(buffer))
     }
 
     /// Offers a held buffer to this thread's slot. It may turn stale or dead at any time

@@ -246,6 +246,12 @@ impl Lookaside {
         }
     }
 
+    /// Whether the slots are on (`lookaside_slots` > 0).
+    #[inline]
+    pub(crate) fn is_on(&self) -> bool {
+        self.slot_count != 0
+    }
+
     #[inline]
     fn slot_index(&self, ag_block: u32) -> usize {
         fast_mod(ag_block, self.mod_multiplier, self.slot_count) as usize
@@ -253,7 +259,7 @@ impl Lookaside {
 
     /// Runs `f` on this thread's table for `ag`, swept first. `None` when the slots are off,
     /// when this thread has no table and `create` is false, or during thread exit.
-    #[inline]
+    #[inline(always)]
     fn with_ag<R>(
         &self,
         ag: usize,
@@ -314,7 +320,7 @@ impl Lookaside {
     /// stale and dead buffers; a refused occupant is dropped from the slot), else `index`
     /// (which returns a held buffer), whose hit is then offered to the same slot. One table
     /// access for both; a slot miss costs a compare of the slot's key copy.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find(
         &self,
         (ag, ag_block): (usize, u32),
