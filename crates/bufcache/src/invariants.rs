@@ -69,8 +69,8 @@ impl BufferCache {
     }
 
     /// This thread's slots for `ag` (other threads' are not reachable from here): each is the
-    /// right slot for its buffer and keeps a copy of its key; a live occupant is the index's entry for its key; after a
-    /// sweep at the current generation no occupant is stale or dead.
+    /// right slot for its buffer and keeps a copy of its key; a live occupant is the index's
+    /// entry for its key; after a sweep at the current generation no occupant is stale or dead.
     fn check_slots(&self, ag: usize, index: &crate::shard::Index) -> Result<(), BufCacheError> {
         let generation = self.shards[ag].generation();
         let Some(slots) = self.lookaside.thread_slots(ag, generation) else {
