@@ -20,9 +20,9 @@ use crate::dir_read::DirSource;
 use crate::snoop::SnoopDevice;
 use crate::tree::AgTree;
 
-/// Inspect a cairn filesystem (read-only; safe on a mounted device).
+/// Inspects a cairn filesystem (read-only; safe on a mounted device).
 #[derive(Debug, Parser)]
-#[command(name = "cairn-db", version, about, long_about = None)]
+#[command(name = "cairn-db", version, long_about = None)]
 pub struct DbArgs {
     /// Block device or image file.
     pub device: PathBuf,

@@ -80,6 +80,10 @@ pub fn pages() -> io::Result<Vec<(String, Vec<u8>)>> {
         "fsck.cairn.8".to_string(),
         render(cairn_fsck::cli::Args::command(), None)?,
     ));
+    pages.push((
+        "cairn-db.8".to_string(),
+        render(cairn_fsck::db::DbArgs::command(), None)?,
+    ));
     Ok(pages)
 }
 
@@ -113,5 +117,7 @@ mod tests {
         assert!(text("mkfs.cairn.8").contains("block\\-size"));
         assert!(text("fsck.cairn.8").contains("no\\-modify"));
         assert!(text("cairn-stats.8").contains("MOUNTPOINT"));
+        let db = text("cairn-db.8");
+        assert!(db.contains("freesp") && db.contains("logprint"), "{db}");
     }
 }
