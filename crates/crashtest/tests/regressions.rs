@@ -194,3 +194,61 @@ fn regression_torn_cluster_write_home_keeps_durable_directory() {
     }
     assert!(checked > 0);
 }
+
+fn fallocate(path: &str, offset: u64, len: u64, mode: FallocateMode) -> Op {
+    Op::Fallocate {
+        path: path.into(),
+        offset,
+        len,
+        mode,
+    }
+}
+
+// Shrinks `foo` (16 KiB) to 5000 bytes, then writes in place into its end-of-file block
+// (zero range and punch hole reaching past the new end, an overwrite inside it), with every
+// crash point and subset explored: each state must show a version of foo. Those in-place
+// writes used to reach the disk before the shrink was durable, so a crash showed the old
+// size over zeros at 4608..5120 ("match no version", docs/reliability.md item 6).
+#[test]
+fn regression_write_into_shrunk_end_block_crash_shows_a_version() {
+    let zero_keep = FallocateMode::ZeroRange { keep_size: true };
+    let sequences = [
+        vec![
+            truncate("foo", 5000),
+            fallocate("foo", 3000, 5000, zero_keep),
+            Op::Fsync("foo".into()),
+        ],
+        vec![
+            truncate("foo", 5000),
+            fallocate("foo", 3000, 5000, FallocateMode::PunchHole),
+            Op::Fdatasync("foo".into()),
+        ],
+        vec![
+            truncate("foo", 5000),
+            Op::Write {
+                path: "foo".into(),
+                offset: 4700,
+                len: 100,
+                id: 78,
+            },
+            Op::Sync,
+        ],
+    ];
+    let workloads: Vec<Workload> = sequences
+        .into_iter()
+        .enumerate()
+        .map(|(index, ops)| Workload {
+            name: format!("shrink then write in the end block {index}"),
+            ops,
+        })
+        .collect();
+    let config = ExploreConfig {
+        random_per_flush: 4,
+        seed: 3,
+        extra_points_max: None,
+    };
+    let tally = suite::crash_run(&workloads, &config).unwrap();
+    assert!(tally.crash_states > 0);
+    let report: Vec<String> = tally.violations.iter().map(ToString::to_string).collect();
+    assert!(tally.violations.is_empty(), "{}", report.join("\n"));
+}

@@ -263,8 +263,11 @@ impl Filesystem {
     /// Changes the size. A shrink commits the new size first and then frees the blocks past
     /// it, leaving the old bytes past the new end in the end-of-file block: a crash at any
     /// point shows either the old file or the new one (zeroing that tail before the size
-    /// commits showed zeros inside the old size). A growth clears what lies past the old end
-    /// first (`clear_past_eof`), so no stale byte ever comes back into the file.
+    /// commits showed zeros inside the old size). A shrink to the middle of a block also
+    /// forces the log before returning: later writes into that block go to the device in
+    /// place, and under a crash that lost the shrink they showed inside the old size
+    /// (docs/reliability.md item 6). A growth clears what lies past the old end first
+    /// (`clear_past_eof`), so no stale byte ever comes back into the file.
     pub(crate) fn truncate(&self, inode: u64, size: u64) -> Result<(), FsError> {
         let handle = self.live_inode(inode)?;
         let _io = handle.io.write();
@@ -275,6 +278,7 @@ impl Filesystem {
             let old_size = meta.core.size;
             self.clear_past_eof(inode, &mut meta, old_size, size)?;
         }
+        let shrinks_mid_block = size < meta.core.size && !size.is_multiple_of(block_size);
         let mut tx = self.begin(self.write_reservation())?;
         let now = now();
         meta.core.size = size;
@@ -282,6 +286,10 @@ impl Filesystem {
         meta.core.ctime = now;
         Self::log_inode(&mut tx, inode, &mut meta);
         Self::commit(tx, &mut [&mut meta])?;
+        if shrinks_mid_block {
+            self.journal
+                .force(cairn_journal::CommitSequence(meta.last_sequence))?;
+        }
         crate::unlinked::truncate_blocks(self, inode, &mut meta, size.div_ceil(block_size))
     }
 
