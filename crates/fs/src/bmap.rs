@@ -30,7 +30,7 @@ use cairn_btree::{Buffers, CacheContext};
 use cairn_format::inode::{ForkFormat, fork_extents, put_fork_extents};
 use cairn_format::limits::{BTREE_LEVELS_MAX, EXTENT_LEN_MAX};
 use cairn_format::{AgNumber, BtreeLayout, Extent, FsBlock, MetaKind};
-use cairn_journal::Reservation;
+use cairn_journal::{IntentId, Reservation};
 
 use crate::FsError;
 use crate::bmap_tree::{self, BmapCtx};
@@ -53,6 +53,29 @@ pub(crate) fn step_reservation(fs: &Filesystem) -> Reservation {
     let tree = 2 * (bmap_tree_levels(fs) + 1) + per_extent;
     let buffers = EXTENTS_PER_STEP as u32 * per_extent + tree;
     Reservation::for_items(&fs.geometry, buffers, fs.geometry.block_size, 1, 1)
+}
+
+/// The second transaction of a freeing step (after the one that unmapped `removed` and logged
+/// `intent`): frees `removed` in ascending block order (ascending AGs, the allocator's lock
+/// order) and logs the intent's done item.
+pub(crate) fn free_intent(
+    fs: &Filesystem,
+    intent: IntentId,
+    removed: &[Extent],
+) -> Result<(), FsError> {
+    let mut tx = fs.begin(step_reservation(fs))?;
+    let sequence = free_sequence(&fs.journal);
+    let mut sorted = removed.to_vec();
+    sorted.sort_by_key(|piece| piece.fs_block.0);
+    for piece in &sorted {
+        let log = JournalLog(&fs.journal);
+        fs.alloc
+            .free(&mut tx, &log, piece.fs_block, piece.length, sequence)?;
+    }
+    tx.tx.log_free_done(intent);
+    tx.tx.commit()?;
+    fs.blocks_freed();
+    Ok(())
 }
 
 /// Most levels a tree of `kind` holding `records` records can have when every block but

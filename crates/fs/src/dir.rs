@@ -24,10 +24,12 @@ use cairn_format::{Extent, FsBlock, MetaHeader, MetaKind};
 use cairn_journal::{FreeExtent, IntentId, Reservation};
 
 use crate::FsError;
-use crate::bmap::{self, EXTENTS_PER_STEP, FileMap, Mapping, Placement, step_reservation};
+use crate::bmap::{
+    self, EXTENTS_PER_STEP, FileMap, Mapping, Placement, free_intent, step_reservation,
+};
 use crate::dir_index::{self, IndexCtx, IndexMarker, loaded_map};
 use crate::fs::Filesystem;
-use crate::glue::{JournalLog, Tx, free_sequence};
+use crate::glue::Tx;
 use crate::inode::InodeData;
 
 static DIR_DATA_OPS: HeaderOps = HeaderOps::new(MetaKind::DirData);
@@ -859,23 +861,5 @@ pub(crate) fn finish_deferred_frees(
     for (intent, removed) in deferred {
         free_intent(fs, intent, &removed)?;
     }
-    Ok(())
-}
-
-/// The second transaction of a freeing step: frees `removed`, logs the intent's done item.
-fn free_intent(fs: &Filesystem, intent: IntentId, removed: &[Extent]) -> Result<(), FsError> {
-    let mut tx = fs.begin(step_reservation(fs))?;
-    let sequence = free_sequence(&fs.journal);
-    let mut sorted = removed.to_vec();
-    // Ascending blocks are ascending AGs, the allocator's lock order.
-    sorted.sort_by_key(|piece| piece.fs_block.0);
-    for piece in &sorted {
-        let log = JournalLog(&fs.journal);
-        fs.alloc
-            .free(&mut tx, &log, piece.fs_block, piece.length, sequence)?;
-    }
-    tx.tx.log_free_done(intent);
-    tx.tx.commit()?;
-    fs.blocks_freed();
     Ok(())
 }

@@ -8,13 +8,11 @@
 //! mount finishes (`Filesystem::finish_intents`).
 
 use cairn_blockdev::AlignedBuf;
-use cairn_format::Extent;
-use cairn_journal::{FreeExtent, IntentId, Reservation};
+use cairn_journal::{FreeExtent, Reservation};
 
-use crate::bmap::{FileMap, Mapping, Placement, step_reservation};
+use crate::bmap::{FileMap, Mapping, Placement, free_intent, step_reservation};
 use crate::data::check_data_file;
 use crate::fs::Filesystem;
-use crate::glue::{JournalLog, free_sequence};
 use crate::inode::{InodeData, now};
 use crate::types::FallocateMode;
 use crate::{FsError, perm};
@@ -182,23 +180,6 @@ pub(crate) fn unmap_blocks(
         free_intent(fs, intent, &removed)?;
         end = step_end;
     }
-    Ok(())
-}
-
-/// The second half of an unmap step: frees `removed` and logs the intent's done item.
-fn free_intent(fs: &Filesystem, intent: IntentId, removed: &[Extent]) -> Result<(), FsError> {
-    let mut tx = fs.begin(step_reservation(fs))?;
-    let sequence = free_sequence(&fs.journal);
-    let mut sorted = removed.to_vec();
-    sorted.sort_by_key(|e| e.fs_block.0);
-    for extent in &sorted {
-        let log = JournalLog(&fs.journal);
-        fs.alloc
-            .free(&mut tx, &log, extent.fs_block, extent.length, sequence)?;
-    }
-    tx.tx.log_free_done(intent);
-    tx.tx.commit()?;
-    fs.blocks_freed();
     Ok(())
 }
 
