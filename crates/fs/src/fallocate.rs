@@ -194,20 +194,7 @@ mod tests {
     use crate::types::{Credentials, FileKind, MountOptions};
 
     fn device() -> Arc<MemDevice> {
-        let bytes = 64 << 20;
-        let device = MemDevice::new(bytes, 4096);
-        let request = cairn_mkfs::Request {
-            fs_bytes: Some(bytes),
-            ..cairn_mkfs::Request::default()
-        };
-        let plan = cairn_mkfs::plan(bytes, 4096, &request).unwrap();
-        let options = cairn_mkfs::FormatOptions {
-            uuid: Some([7; 16]),
-            discard: false,
-            now_secs: 1_700_000_000,
-        };
-        cairn_mkfs::format(&device, &plan, &options).unwrap();
-        Arc::new(device)
+        Arc::new(crate::test_device::formatted(64 << 20, [7; 16]))
     }
 
     // Crashes after an unmap's intent transaction is durable but before its free: mount

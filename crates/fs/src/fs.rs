@@ -474,25 +474,13 @@ impl Filesystem {
 mod tests {
     use std::sync::Arc;
 
-    use cairn_blockdev::{BlockDevice, MemDevice};
+    use cairn_blockdev::BlockDevice;
 
     use super::*;
     use crate::types::{Credentials, FileKind};
 
     fn mount() -> Filesystem {
-        let bytes = 64 << 20;
-        let device = MemDevice::new(bytes, 4096);
-        let request = cairn_mkfs::Request {
-            fs_bytes: Some(bytes),
-            ..cairn_mkfs::Request::default()
-        };
-        let plan = cairn_mkfs::plan(bytes, 4096, &request).unwrap();
-        let options = cairn_mkfs::FormatOptions {
-            uuid: Some([9; 16]),
-            discard: false,
-            now_secs: 1_700_000_000,
-        };
-        cairn_mkfs::format(&device, &plan, &options).unwrap();
+        let device = crate::test_device::formatted(64 << 20, [9; 16]);
         let device: Arc<dyn BlockDevice> = Arc::new(device);
         Filesystem::mount(device, MountOptions::default()).unwrap()
     }

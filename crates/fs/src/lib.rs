@@ -38,6 +38,8 @@ mod remove;
 mod rename;
 mod seek;
 mod symlink;
+#[cfg(test)]
+mod test_device;
 mod types;
 mod unlinked;
 mod xattr;
