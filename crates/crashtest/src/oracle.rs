@@ -7,24 +7,30 @@
 //! - `sync` (and a clean unmount) persists every name, and the contents and extended
 //!   attributes of every file and directory;
 //! - `fsync(file)` persists its contents, size and extended attributes, and each of its names
-//!   whose parent directory is the root or itself persisted; `fdatasync(file)` persists
-//!   contents and size (fallocate's changes included);
+//!   as an entry of its parent directory; `fdatasync(file)` persists contents and size
+//!   (fallocate's changes included);
 //! - `fsync(dir)` persists the directory's entries (a rename's new name in it, a removed or
 //!   renamed-away name's absence) and its extended attributes;
-//! - a promise about a path lapses when a later step that may have reached the device changed
-//!   that path; a promise about contents then widens to any later version.
+//! - an fsync promises entries of a directory, not where that directory sits: a rename of an
+//!   ancestor that no persist covered may be lost, so the entry is checked wherever the
+//!   recovered tree holds the directory (sync's promises are whole paths);
+//! - a promise about a path or an entry lapses when a later step that may have reached the
+//!   device changed it; a promise about contents then widens to any later version.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use cairn_fs::FileKind;
 
-use crate::model::{NodeId, NodeKind, Path, Version, parent_of};
+use crate::model::{NodeId, NodeKind, Path, Version, join, name_of, parent_of};
 use crate::op::Op;
 use crate::runner::Trace;
 use crate::walk::Tree;
 
 /// Granularity of the contents check: a device sector is written whole or not at all.
 pub const CONTENT_SECTOR_BYTES: usize = 512;
+
+/// A directory entry wherever its directory sits: the directory (`None`: the root) and a name.
+type Entry = (Option<NodeId>, String);
 
 /// What one crash point promises, derived from a trace.
 #[derive(Debug)]
@@ -36,6 +42,10 @@ pub struct Expectation<'a> {
     required: BTreeMap<Path, (NodeId, usize)>,
     /// Paths that must not exist (removed and persisted), with the step of the promise.
     absent: BTreeMap<Path, usize>,
+    /// Entry -> (node, step of the promise), from fsync and fdatasync.
+    entries: BTreeMap<Entry, (NodeId, usize)>,
+    /// Entries that must not exist, with the step of the promise.
+    absent_entries: BTreeMap<Entry, usize>,
     /// Node -> step from which its contents are promised.
     contents: BTreeMap<NodeId, usize>,
     /// Node -> step from which its extended attributes are promised.
@@ -63,6 +73,8 @@ impl<'a> Expectation<'a> {
             last_step,
             required: BTreeMap::new(),
             absent: BTreeMap::new(),
+            entries: BTreeMap::new(),
+            absent_entries: BTreeMap::new(),
             contents: BTreeMap::new(),
             xattrs: BTreeMap::new(),
         };
@@ -129,26 +141,62 @@ impl<'a> Expectation<'a> {
     }
 
     fn promise_dir(&mut self, dir: &str, names: &BTreeMap<Path, NodeId>, step: usize) {
+        let dir_node = names.get(dir).copied();
         for (path, node) in names.iter().filter(|(path, _)| parent_of(path) == dir) {
-            self.required.insert(path.clone(), (*node, step));
+            let entry = (dir_node, name_of(path).to_string());
+            self.entries.insert(entry, (*node, step));
         }
-        let gone: Vec<Path> = self
-            .ever_named(step)
-            .into_iter()
-            .filter(|path| parent_of(path) == dir && !names.contains_key(*path))
-            .cloned()
-            .collect();
-        self.absent
-            .extend(gone.into_iter().map(|path| (path, step)));
+        for name in self.ever_entries(dir_node, step) {
+            if self
+                .entry_target(Some(step), &(dir_node, name.clone()))
+                .is_none()
+            {
+                self.absent_entries.insert((dir_node, name), step);
+            }
+        }
     }
 
     fn promise_names(&mut self, node: NodeId, names: &BTreeMap<Path, NodeId>, step: usize) {
         for (path, _) in names.iter().filter(|(_, named)| **named == node) {
-            let parent = parent_of(path);
-            if parent.is_empty() || self.required.contains_key(parent) {
-                self.required.insert(path.clone(), (node, step));
-            }
+            let entry = (
+                names.get(parent_of(path)).copied(),
+                name_of(path).to_string(),
+            );
+            self.entries.insert(entry, (node, step));
         }
+    }
+
+    /// Where directory `dir` sits after `step` (`None` when it has no name then).
+    fn dir_path(&self, step: Option<usize>, dir: Option<NodeId>) -> Option<&Path> {
+        static ROOT: Path = String::new();
+        match dir {
+            None => Some(&ROOT),
+            Some(node) => self
+                .names_at(step)
+                .iter()
+                .find(|(_, named)| **named == node)
+                .map(|(path, _)| path),
+        }
+    }
+
+    /// The node `entry` names after `step`.
+    fn entry_target(&self, step: Option<usize>, entry: &Entry) -> Option<NodeId> {
+        let dir = self.dir_path(step, entry.0)?;
+        self.names_at(step).get(&join(dir, &entry.1)).copied()
+    }
+
+    /// Every name directory `dir` held before or at `step`.
+    fn ever_entries(&self, dir: Option<NodeId>, step: usize) -> BTreeSet<String> {
+        let mut all = BTreeSet::new();
+        for at in std::iter::once(None).chain((0..=step).map(Some)) {
+            let Some(dir_path) = self.dir_path(at, dir) else {
+                continue;
+            };
+            let children = self.names_at(at).keys();
+            let inside = children.filter(|path| parent_of(path) == dir_path.as_str());
+            all.extend(inside.map(|path| name_of(path).to_string()));
+        }
+        all
     }
 
     /// Whether a step after `since`, up to the last step that may have reached the device,
@@ -163,6 +211,17 @@ impl<'a> Expectation<'a> {
         })
     }
 
+    /// Whether a step after `since`, up to the last step that may have reached the device,
+    /// changed what `entry` names.
+    fn entry_changed_after(&self, entry: &Entry, since: usize) -> bool {
+        let Some(last) = self.last_step else {
+            return false;
+        };
+        (since + 1..=last).any(|step| {
+            self.entry_target(Some(step - 1), entry) != self.entry_target(Some(step), entry)
+        })
+    }
+
     fn drop_lapsed(&mut self) {
         let required = std::mem::take(&mut self.required);
         self.required = required
@@ -173,6 +232,16 @@ impl<'a> Expectation<'a> {
         self.absent = absent
             .into_iter()
             .filter(|(path, since)| !self.changed_after(path, *since))
+            .collect();
+        let entries = std::mem::take(&mut self.entries);
+        self.entries = entries
+            .into_iter()
+            .filter(|(entry, (_, since))| !self.entry_changed_after(entry, *since))
+            .collect();
+        let absent = std::mem::take(&mut self.absent_entries);
+        self.absent_entries = absent
+            .into_iter()
+            .filter(|(entry, since)| !self.entry_changed_after(entry, *since))
             .collect();
     }
 
@@ -219,6 +288,7 @@ impl<'a> Expectation<'a> {
                 ));
             }
         }
+        problems.extend(self.check_dir_entries(tree));
         for (path, seen) in &tree.entries {
             if let Err(problem) = self.check_entry(path, seen) {
                 problems.push(format!("{path}: {problem}"));
@@ -272,6 +342,51 @@ impl<'a> Expectation<'a> {
 }
 
 impl Expectation<'_> {
+    /// The paths at which `tree` holds directory `dir` (the root: the empty path).
+    fn tree_dirs<'t>(&self, tree: &'t Tree, dir: Option<NodeId>) -> Vec<&'t str> {
+        let Some(node) = dir else {
+            return vec![""];
+        };
+        let inode = self.trace.model.nodes[node].inode;
+        tree.entries
+            .iter()
+            .filter(|(_, seen)| seen.inode == inode && seen.kind == FileKind::Directory)
+            .map(|(path, _)| path.as_str())
+            .collect()
+    }
+
+    /// The fsync promises on entries, checked wherever the tree holds their directory.
+    fn check_dir_entries(&self, tree: &Tree) -> Vec<String> {
+        let mut problems = Vec::new();
+        let model = &self.trace.model;
+        for ((dir, name), (node, since)) in &self.entries {
+            let promise = &self.trace.steps[*since].op;
+            for dir_path in self.tree_dirs(tree, *dir) {
+                let path = join(dir_path, name);
+                match tree.entries.get(&path) {
+                    None => problems.push(format!("{path}: missing, persisted by {promise}")),
+                    Some(seen) if seen.inode != model.nodes[*node].inode => problems.push(format!(
+                        "{path}: inode {} but {promise} persisted inode {}",
+                        seen.inode, model.nodes[*node].inode
+                    )),
+                    Some(_) => {}
+                }
+            }
+        }
+        for ((dir, name), since) in &self.absent_entries {
+            for dir_path in self.tree_dirs(tree, *dir) {
+                let path = join(dir_path, name);
+                if tree.entries.contains_key(&path) {
+                    let promise = &self.trace.steps[*since].op;
+                    problems.push(format!(
+                        "{path}: present, but its removal was persisted by {promise}"
+                    ));
+                }
+            }
+        }
+        problems
+    }
+
     /// The recovered attributes equal those of one allowed version (each change is atomic).
     fn xattrs_ok(&self, node: NodeId, seen: &crate::walk::Seen) -> Result<(), String> {
         let versions = self.allowed_versions(node, &self.xattrs);
@@ -349,4 +464,122 @@ fn check_links(tree: &Tree) -> Vec<String> {
         }
     }
     problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Model;
+    use crate::runner::StepRecord;
+    use crate::walk::Seen;
+    use cairn_fs::RenameMode;
+    use std::sync::Arc;
+
+    fn step(op: Op, flushes: (usize, usize), node: Option<NodeId>, model: &Model) -> StepRecord {
+        StepRecord {
+            op,
+            start_flush: flushes.0,
+            end_flush: flushes.1,
+            node,
+            names: Arc::new(model.names.clone()),
+        }
+    }
+
+    fn rename(model: &mut Model, from: &str, to: &str) {
+        for path in model.subtree(from) {
+            let node = model.names.remove(&path).unwrap();
+            model
+                .names
+                .insert(format!("{to}{}", &path[from.len()..]), node);
+        }
+    }
+
+    /// Base: `D` (inode 10) holding `D/f` (11) and `D/g` (12); then `rename(D, E)`,
+    /// `unlink(E/g)` and `persist` of the node at `target` (flushes 0 -> 1); nothing
+    /// persisted the rename itself.
+    fn renamed_then(persist: Op, target: &str) -> Trace {
+        let mut model = Model::default();
+        model.add("D", NodeKind::Dir, 10, None);
+        model.add("D/f", NodeKind::File, 11, None);
+        model.add("D/g", NodeKind::File, 12, None);
+        let base_names = Arc::new(model.names.clone());
+        let mut steps = Vec::new();
+        let mode = RenameMode::NoReplace;
+        rename(&mut model, "D", "E");
+        let renamed = Op::Rename {
+            from: "D".into(),
+            to: "E".into(),
+            mode,
+        };
+        steps.push(step(renamed, (0, 0), None, &model));
+        model.names.remove("E/g");
+        steps.push(step(Op::Unlink("E/g".into()), (0, 0), None, &model));
+        let node = model.node_at(target);
+        steps.push(step(persist, (0, 1), node, &model));
+        Trace {
+            model,
+            base_names,
+            steps,
+        }
+    }
+
+    fn tree(entries: &[(&str, u64, FileKind)]) -> Tree {
+        let entries = entries.iter().map(|&(path, inode, kind)| {
+            let nlink = if kind == FileKind::Directory { 2 } else { 1 };
+            let seen = Seen {
+                inode,
+                kind,
+                nlink,
+                size: 0,
+                content: Vec::new(),
+                target: Vec::new(),
+                xattrs: Default::default(),
+            };
+            (path.to_string(), seen)
+        });
+        let dirs = entries
+            .clone()
+            .filter(|(_, seen)| seen.kind == FileKind::Directory);
+        Tree {
+            root_nlink: 2 + dirs.count() as u32,
+            entries: entries.collect(),
+        }
+    }
+
+    // fdatasync(dir) promises the directory's entries wherever the recovered tree holds it:
+    // under its old name when the unpersisted rename of the directory was lost, under the new
+    // one otherwise; a missing entry or a removed one still present is a violation either way.
+    #[test]
+    fn fdatasync_dir_promises_entries_not_the_directory_path() {
+        let trace = renamed_then(Op::Fdatasync("E".into()), "E");
+        let expectation = Expectation::new(&trace, 1);
+        let (dir, file) = (FileKind::Directory, FileKind::Regular);
+        for name in ["D", "E"] {
+            let (f, g) = (format!("{name}/f"), format!("{name}/g"));
+            let good = tree(&[(name, 10, dir), (&f, 11, file)]);
+            assert_eq!(expectation.check(&good), Vec::<String>::new(), "{name}");
+            let lost = expectation.check(&tree(&[(name, 10, dir)]));
+            assert_eq!(lost, [format!("{f}: missing, persisted by fdatasync(E)")]);
+            let both = [(name, 10, dir), (&f, 11, file), (&g, 12, file)];
+            let kept = expectation.check(&tree(&both));
+            let removal = format!("{g}: present, but its removal was persisted by fdatasync(E)");
+            assert!(kept.contains(&removal), "{kept:?}");
+        }
+    }
+
+    // fsync(file) promises the file's name as an entry of its directory, not the directory's
+    // new name: the file may come back under the directory's old name.
+    #[test]
+    fn fsync_file_promises_its_entry_not_the_directory_path() {
+        let trace = renamed_then(Op::Fsync("E/f".into()), "E/f");
+        let expectation = Expectation::new(&trace, 1);
+        let (dir, file) = (FileKind::Directory, FileKind::Regular);
+        for name in ["D", "E"] {
+            let f = format!("{name}/f");
+            let good = tree(&[(name, 10, dir), (&f, 11, file)]);
+            assert_eq!(expectation.check(&good), Vec::<String>::new(), "{name}");
+            let lost = expectation.check(&tree(&[(name, 10, dir)]));
+            assert_eq!(lost, [format!("{f}: missing, persisted by fsync(E/f)")]);
+        }
+    }
 }
