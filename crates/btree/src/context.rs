@@ -45,7 +45,8 @@ pub trait TreeContext<'c>: Buffers<'c> {
     /// A block for a split or a new root.
     fn allocate_block(&mut self) -> Result<FsBlock, TreeError>;
 
-    /// Takes back a block a merge or root collapse emptied; `invalidate` was called on it.
+    /// Takes back a block a merge or root collapse emptied (`invalidate` was called on it),
+    /// or one `allocate_block` gave for an insert that then failed before using it.
     fn free_block(&mut self, block: FsBlock) -> Result<(), TreeError>;
 }
 

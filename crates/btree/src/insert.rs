@@ -1,7 +1,7 @@
 //! Insertion with splits and root growth, and in-place record updates.
 
-use cairn_format::OnDisk;
 use cairn_format::limits::BTREE_LEVELS_MAX;
+use cairn_format::{FsBlock, OnDisk};
 
 use crate::cursor::{Cursor, Step};
 use crate::node::{Entry, set_left, set_right};
@@ -9,7 +9,9 @@ use crate::{Btree, TreeCodec, TreeContext, TreeError};
 
 impl<C: TreeCodec> Btree<C> {
     /// Inserts `record`; `Duplicate` if its key is present. Full blocks split (the upper half
-    /// moves to a new right sibling from `ctx.allocate_block`), up to a new root.
+    /// moves to a new right sibling from `ctx.allocate_block`), up to a new root. Every block
+    /// the splits need is allocated before anything changes, so a tree that runs out of space
+    /// fails the insert whole instead of leaving a half-split tree behind.
     pub fn insert<'c, X: TreeContext<'c>>(
         &mut self,
         ctx: &mut X,
@@ -23,19 +25,53 @@ impl<C: TreeCodec> Btree<C> {
                 key: format!("{key:?}"),
             });
         }
+        let mut spare = self.split_blocks(ctx, &cursor.path)?.into_iter();
         let mut entry = Entry::encode(record, 0);
         for level in 0..=self.root_level() {
-            let split = self.insert_into(ctx, &cursor.path, level, &entry)?;
+            let split = self.insert_into(ctx, &cursor.path, level, &entry, &mut spare)?;
             let Some(right) = split else {
                 return Ok(());
             };
             if level == self.root_level() {
-                return self.grow_root(ctx, right);
+                return self.grow_root(ctx, right, &mut spare);
             }
             entry = right;
             cursor.path[usize::from(level) + 1].index += 1;
         }
         Ok(())
+    }
+
+    /// Allocates the blocks an insert below `path` splits into: one per full level from the
+    /// leaf up, and a new root when every level is full. On failure the blocks already taken
+    /// go back and the tree is untouched.
+    fn split_blocks<'c, X: TreeContext<'c>>(
+        &self,
+        ctx: &mut X,
+        path: &[Step],
+    ) -> Result<Vec<FsBlock>, TreeError> {
+        let levels = usize::from(self.root_level()) + 1;
+        let full = (0..levels)
+            .take_while(|&level| path[level].count >= self.spec.capacity(level as u16))
+            .count();
+        let new_root = full == levels;
+        if new_root && self.levels >= BTREE_LEVELS_MAX {
+            return Err(TreeError::TooDeep {
+                levels: self.levels + 1,
+            });
+        }
+        let mut blocks = Vec::with_capacity(full + usize::from(new_root));
+        for _ in 0..blocks.capacity() {
+            match ctx.allocate_block() {
+                Ok(block) => blocks.push(block),
+                Err(error) => {
+                    for block in blocks {
+                        ctx.free_block(block)?;
+                    }
+                    return Err(error);
+                }
+            }
+        }
+        Ok(blocks)
     }
 
     /// Inserts `entry` at `path[level].index`. Returns the entry for the parent (first key of
@@ -46,6 +82,7 @@ impl<C: TreeCodec> Btree<C> {
         path: &[Step],
         level: u16,
         entry: &Entry,
+        spare: &mut impl Iterator<Item = FsBlock>,
     ) -> Result<Option<Entry>, TreeError> {
         let step = path[usize::from(level)];
         let slots = self.slots(level);
@@ -62,7 +99,7 @@ impl<C: TreeCodec> Btree<C> {
         let mut entries = slots.entries(guard, found.count);
         entries.insert(step.index, *entry);
         let mid = entries.len() / 2;
-        let new_block = self.spec.pointer_of(ctx.allocate_block()?);
+        let new_block = self.spec.pointer_of(take_block(ctx, spare)?);
         self.init_block(ctx, new_block, level)?;
         let (guard, _) = self.load(ctx, step.block, level)?;
         slots.write_all(guard, &entries[..mid])?;
@@ -92,6 +129,7 @@ impl<C: TreeCodec> Btree<C> {
         &mut self,
         ctx: &mut X,
         right: Entry,
+        spare: &mut impl Iterator<Item = FsBlock>,
     ) -> Result<(), TreeError> {
         if self.levels >= BTREE_LEVELS_MAX {
             return Err(TreeError::TooDeep {
@@ -103,7 +141,7 @@ impl<C: TreeCodec> Btree<C> {
         let (guard, _) = self.load(ctx, self.root, old_level)?;
         let mut left = self.key_entry(guard, old_level, 0, block)?;
         left.ptr = self.root;
-        let new_root = self.spec.pointer_of(ctx.allocate_block()?);
+        let new_root = self.spec.pointer_of(take_block(ctx, spare)?);
         self.init_block(ctx, new_root, old_level + 1)?;
         let (guard, _) = self.load(ctx, new_root, old_level + 1)?;
         self.slots(old_level + 1).write_all(guard, &[left, right])?;
@@ -158,5 +196,16 @@ impl<C: TreeCodec> Btree<C> {
                     key: format!("{key:?}"),
                 })?;
         self.update_at(ctx, &cursor, record)
+    }
+}
+
+/// The next block `split_blocks` took (a fresh allocation should the count ever fall short).
+fn take_block<'c, X: TreeContext<'c>>(
+    ctx: &mut X,
+    spare: &mut impl Iterator<Item = FsBlock>,
+) -> Result<FsBlock, TreeError> {
+    match spare.next() {
+        Some(block) => Ok(block),
+        None => ctx.allocate_block(),
     }
 }

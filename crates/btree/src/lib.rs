@@ -18,6 +18,8 @@
 //! - every block but the root holds at least half its capacity (`min_entries`);
 //! - an empty tree is a root leaf with no records; a node root has at least two children;
 //! - every block carries the tree's kind, owner and its own address in its header.
+//! - an insert takes every block its splits need before it changes anything: one that finds
+//!   no block fails whole and hands back what it took.
 
 mod codec;
 mod context;

@@ -303,3 +303,39 @@ fn corruption_and_exhaustion_are_errors() {
         .invalidate(FsBlock(170), &small.spec().read_spec)
         .unwrap();
 }
+
+// Inserts with a pool of a few blocks until one insert finds no block for its splits: that
+// insert fails with NoSpace and changes nothing (every earlier record is found, the tree
+// verifies clean, the blocks it took are handed back), whatever level the splits reached.
+// A split that ran out of blocks half way used to leave a leaf split with no parent entry.
+#[test]
+fn insert_without_blocks_for_its_splits_changes_nothing() {
+    for blocks in 1..8 {
+        let device = device();
+        let cache = cache(&device);
+        let mut ctx = CacheContext::with_pool(&cache, pool()[..blocks].to_vec());
+        let mut tree = Btree::<BnoCodec>::create(&mut ctx, bno_spec(4), ROOT).unwrap();
+        let mut inserted = Vec::new();
+        let failed = (0..1000).find_map(|k| {
+            let made = tree.insert(&mut ctx, &record(10 + k * 2, 1));
+            made.map(|()| inserted.push(10 + k * 2))
+                .err()
+                .map(|e| (k, e))
+        });
+        let (k, error) = failed.expect("the pool never ran dry");
+        assert!(matches!(error, TreeError::NoSpace { .. }), "{error}");
+        assert!(tree.verify(&mut ctx).problems.is_empty(), "{blocks} blocks");
+        for start in &inserted {
+            assert_eq!(
+                tree.get(&mut ctx, &key(*start)).unwrap(),
+                Some(record(*start, 1))
+            );
+        }
+        assert_eq!(tree.get(&mut ctx, &key(10 + k * 2)).unwrap(), None);
+        let tree_blocks = tree.verify(&mut ctx).blocks as usize;
+        assert_eq!(
+            tree_blocks + ctx.pool().len() + ctx.freed().len(),
+            blocks + 1
+        );
+    }
+}
