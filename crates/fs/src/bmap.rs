@@ -27,6 +27,7 @@
 
 use cairn_alloc::{Mode, Request};
 use cairn_btree::{Buffers, CacheContext};
+use cairn_bufcache::{BufKey, ReadSpec};
 use cairn_format::inode::{ForkFormat, fork_extents, put_fork_extents};
 use cairn_format::limits::{BTREE_LEVELS_MAX, EXTENT_LEN_MAX};
 use cairn_format::{AgNumber, BtreeLayout, Extent, FsBlock, MetaKind};
@@ -227,7 +228,8 @@ impl FileMap {
         let min_len = placement.min_len.clamp(1, wanted.max(1));
         let goal = target(fs, &self.list, self.number, start);
         let log = JournalLog(&fs.journal);
-        let mut request = Request::near(goal, min_len, wanted.max(min_len));
+        let mut request = Request::near(goal, min_len, wanted.max(min_len))
+            .with_min_left(self.tree_reserve(fs, data));
         if placement.alignment > 1 && wanted.is_multiple_of(placement.alignment) {
             request = request.with_alignment(placement.alignment, placement.alignment);
         }
@@ -247,6 +249,21 @@ impl FileMap {
         insert(&mut self.list, extent);
         data.core.block_count += u64::from(found.length);
         Ok(extent)
+    }
+
+    /// Blocks `store` may allocate for the extent tree after this step's allocations: none
+    /// while the list stays well inside the fork, else a split at every level and a new root.
+    /// Each allocation leaves that many free in its AG (XFS's minleft); the transaction holds
+    /// the AG until commit, so the tree always finds them and a full filesystem fails the
+    /// allocation, not the store after it (which would leak the blocks just taken).
+    fn tree_reserve(&self, fs: &Filesystem, data: &InodeData) -> u32 {
+        let inline = data.core.data_format != ForkFormat::Btree;
+        let room = self.list.len() + 2 * EXTENTS_PER_STEP <= inline_capacity(data);
+        if inline && room {
+            0
+        } else {
+            bmap_tree_levels(fs) + 1
+        }
     }
 
     /// Maps every hole in file blocks `start..end`, at most `EXTENTS_PER_STEP` new extents;
@@ -539,6 +556,45 @@ pub(crate) fn allocate(
     }
     data.core.block_count += u64::from(found.length);
     Ok(extent)
+}
+
+/// Joins and invalidates the buffers of `extents` (logged metadata blocks about to be freed:
+/// directory or symlink blocks), so that no stale copy is written over the blocks' next owner,
+/// live or by recovery (each invalidation logs a cancel record).
+pub(crate) fn invalidate_extents(
+    tx: &mut Tx<'_>,
+    extents: &[Extent],
+    spec: &ReadSpec,
+) -> Result<(), FsError> {
+    for extent in extents {
+        for block in extent.fs_block.0..extent.fs_end().0 {
+            let key = BufKey::single(block);
+            if tx.tx.buf_mut(key).is_none() {
+                tx.tx.get_new_buf(key, spec)?;
+            }
+            tx.tx.invalidate_buf(key)?;
+        }
+    }
+    Ok(())
+}
+
+/// Unmaps, invalidates and frees in `tx` every block of an inline extent list of logged
+/// metadata blocks (a directory's failed move to blocks, a new symlink's failed create): the
+/// blocks were allocated in `tx`, whose AG locks the frees reuse.
+pub(crate) fn release_inline(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    data: &mut InodeData,
+    spec: &ReadSpec,
+) -> Result<(), FsError> {
+    if data.core.data_format != ForkFormat::Extents {
+        return Ok(());
+    }
+    let mut list = extents(data)?;
+    let removed = cut(&mut list, 0, u64::MAX);
+    invalidate_extents(tx, &removed, spec)?;
+    free_pieces(fs, tx, data, &removed)?;
+    store(data, &list)
 }
 
 /// Frees the physical blocks of `removed` pieces in `tx` and lowers the block count.

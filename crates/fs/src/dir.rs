@@ -346,7 +346,8 @@ pub(crate) fn add(
         }
         let (core, raw) = (data.core, data.raw.clone());
         if let Err(error) = to_block_form(fs, tx, data, &mut map, &dir) {
-            release_inline_blocks(fs, tx, data)?;
+            let number = data.core.header.blkno;
+            bmap::release_inline(fs, tx, data, &spec(fs, number))?;
             data.core = core;
             data.raw = raw;
             return Err(error);
@@ -359,39 +360,14 @@ pub(crate) fn add(
     added
 }
 
-/// Frees every block a failed move to blocks mapped (a few, inline) and invalidates them.
-fn release_inline_blocks(
-    fs: &Filesystem,
-    tx: &mut Tx<'_>,
-    data: &mut InodeData,
-) -> Result<(), FsError> {
-    if data.core.data_format != ForkFormat::Extents {
-        return Ok(());
-    }
-    let mut list = bmap::extents(data)?;
-    let removed = bmap::cut(&mut list, 0, u64::MAX);
-    invalidate_blocks(fs, tx, data.core.header.blkno, &removed)?;
-    bmap::free_pieces(fs, tx, data, &removed)
-}
-
-/// Joins and invalidates the buffers of `extents` (directory blocks about to be freed), so
-/// no stale copy is written over the blocks' next owner.
+/// Joins and invalidates the buffers of `extents` (directory blocks about to be freed).
 fn invalidate_blocks(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
     dir: u64,
     extents: &[Extent],
 ) -> Result<(), FsError> {
-    for extent in extents {
-        for block in extent.fs_block.0..extent.fs_end().0 {
-            let key = BufKey::single(block);
-            if tx.tx.buf_mut(key).is_none() {
-                tx.tx.get_new_buf(key, &spec(fs, dir))?;
-            }
-            tx.tx.invalidate_buf(key)?;
-        }
-    }
-    Ok(())
+    bmap::invalidate_extents(tx, extents, &spec(fs, dir))
 }
 
 /// The tag of a new entry with a `name_len`-byte name: the data address the entry would get
@@ -465,10 +441,11 @@ fn index_insert(
     let mut tree = dir_index::open(fs, number, before)?;
     {
         let mut ctx = IndexCtx::new(tx, fs, data, map);
-        dir_index::insert(&mut tree, &mut ctx, name_hash(name), address)?;
-        // An insert frees nothing today; whatever a tree change gives back is deferred.
+        let inserted = dir_index::insert(&mut tree, &mut ctx, name_hash(name), address);
+        // A failed insert gives back the split blocks it took; frees are deferred.
         let freed = ctx.take_freed();
         defer_free(tx, freed);
+        inserted?;
     }
     let after = before.with_tree(&tree);
     if after != before {

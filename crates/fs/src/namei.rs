@@ -191,8 +191,7 @@ impl Filesystem {
         let inode = match self.make_in(&mut tx, parent, &mut dir_data, name, new, who) {
             Ok(inode) => inode,
             Err(error) => {
-                // Whatever changed (a free-list refill, an undone allocation) is consistent.
-                tx.tx.commit()?;
+                self.commit_failed(tx)?;
                 return Err(error);
             }
         };
@@ -202,6 +201,15 @@ impl Filesystem {
         Self::commit(tx, &mut [&mut dir_data, &mut data])?;
         data.lookups += 1;
         Ok(data.attr(inode.number, self.geometry.block_size))
+    }
+
+    /// Commits a create or link whose directory change failed: whatever changed (a free-list
+    /// refill, an undone allocation, split blocks given back under a free intent) is
+    /// consistent; then frees what the change deferred.
+    fn commit_failed(&self, mut tx: Tx<'_>) -> Result<(), FsError> {
+        let deferred = std::mem::take(&mut tx.deferred_frees);
+        tx.tx.commit()?;
+        dir::finish_deferred_frees(self, deferred)
     }
 
     /// Allocates and initialises the inode and adds its entry; on failure after the
@@ -228,6 +236,9 @@ impl Filesystem {
         };
         if let Err(error) = added {
             let mut data = inode.data.lock();
+            if new.file_type == FileType::Symlink {
+                symlink::release_new(self, tx, &mut data)?;
+            }
             data.core.mode = 0;
             Self::log_inode(tx, number, &mut data);
             ialloc::free_inode(self, tx, number)?;
@@ -427,7 +438,7 @@ impl Filesystem {
         }
         let file_type = data.file_type().unwrap_or(FileType::Regular);
         if let Err(error) = dir::add(self, &mut tx, &mut dir_data, new_name, inode, file_type) {
-            tx.tx.commit()?;
+            self.commit_failed(tx)?;
             return Err(error);
         }
         let now = now();

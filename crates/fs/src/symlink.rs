@@ -6,7 +6,7 @@ use cairn_format::inode::{ForkFormat, local_bytes};
 use cairn_format::limits::SYMLINK_LEN_MAX;
 use cairn_format::symlink::{decode_symlink_block, encode_symlink_block, symlink_block_capacity};
 use cairn_format::{MetaHeader, MetaKind};
-use cairn_journal::Reservation;
+use cairn_journal::{FreeExtent, Reservation};
 
 use crate::FsError;
 use crate::bmap;
@@ -59,6 +59,60 @@ pub(crate) fn store(
         encode_symlink_block(guard.bytes_mut(0..len)?, header, offset, piece)?;
     }
     Ok(())
+}
+
+/// Undoes `store` in the create's transaction `tx` when the create fails after it: frees the
+/// target's blocks (and logs their cancel records, since `store` logged them whole).
+pub(crate) fn release_new(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    data: &mut InodeData,
+) -> Result<(), FsError> {
+    let number = data.core.header.blkno;
+    bmap::release_inline(fs, tx, data, &spec(fs, number))
+}
+
+/// Frees the target blocks of an unlinked symlink: one step unmaps them, invalidates their
+/// buffers (a replay of the logged target must never land on the blocks' next owner, file
+/// data included) and logs a free intent; a second transaction frees them.
+pub(crate) fn free_blocks(
+    fs: &Filesystem,
+    number: u64,
+    data: &mut InodeData,
+) -> Result<(), FsError> {
+    if data.core.data_format != ForkFormat::Extents {
+        return Ok(());
+    }
+    let mut tx = fs.begin(Reservation::new(
+        bmap::step_reservation(fs).bytes + invalidations(fs).bytes,
+    ))?;
+    let mut list = bmap::extents(data)?;
+    let removed = bmap::cut(&mut list, 0, u64::MAX);
+    if let Err(error) = bmap::invalidate_extents(&mut tx, &removed, &spec(fs, number)) {
+        tx.tx.cancel()?;
+        return Err(error);
+    }
+    let freed: Vec<FreeExtent> = removed
+        .iter()
+        .map(|e| FreeExtent {
+            start: e.fs_block,
+            length: e.length,
+        })
+        .collect();
+    let intent = tx.tx.log_free_intent(&freed);
+    let stored = bmap::store(data, &list);
+    let released: u64 = removed.iter().map(|e| u64::from(e.length)).sum();
+    data.core.block_count = data.core.block_count.saturating_sub(released);
+    Filesystem::log_inode(&mut tx, number, data);
+    Filesystem::commit(tx, &mut [data])?;
+    stored?;
+    bmap::free_intent(fs, intent, &removed)
+}
+
+/// The log space of invalidating a longest target's blocks (one cancel record each).
+fn invalidations(fs: &Filesystem) -> Reservation {
+    let blocks = SYMLINK_LEN_MAX.div_ceil(symlink_block_capacity(fs.geometry.block_size));
+    Reservation::for_items(&fs.geometry, blocks as u32, fs.geometry.block_size, 0, 0)
 }
 
 impl Filesystem {

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use cairn_format::inode::ForkFormat;
+use cairn_format::inode::{FileType, ForkFormat};
 use cairn_format::limits::AGI_UNLINKED_BUCKETS;
 use cairn_format::types::NULL_AG_INODE;
 use cairn_journal::Reservation;
@@ -86,7 +86,11 @@ pub(crate) fn free_orphan(fs: &Filesystem, inode: &Arc<Inode>) -> Result<(), FsE
         data.core.data_format,
         ForkFormat::Extents | ForkFormat::Btree
     );
-    if mapped && !data.is_dir() {
+    let is_symlink = data.file_type() == Some(FileType::Symlink);
+    if mapped && is_symlink {
+        crate::symlink::free_blocks(fs, inode.number, &mut data)?;
+    }
+    if mapped && !data.is_dir() && !is_symlink {
         truncate_blocks(fs, inode.number, &mut data, 0)?;
     }
     if mapped && data.is_dir() {
