@@ -187,8 +187,10 @@ pub(crate) fn create(
     write_root(data, &tree, first, list.len())
 }
 
-/// Turns the tree holding `old` into the tree holding `new`: deletes records that went,
-/// rewrites records whose key stayed but whose extent changed, inserts new ones.
+/// Turns the tree holding `old` into the tree holding `new`: inserts new records first (the
+/// only changes that may need a block; an insert that finds none takes back the ones before
+/// it, so a failed apply leaves the tree as it was), then rewrites records whose key stayed
+/// but whose extent changed, then deletes records that went.
 pub(crate) fn apply(
     ctx: &mut BmapCtx<'_, '_>,
     number: u64,
@@ -198,22 +200,22 @@ pub(crate) fn apply(
 ) -> Result<(), FsError> {
     let mut tree = open(ctx.fs, number, data)?;
     let (deleted, updated, inserted) = diff(old, new);
-    for extent in &deleted {
-        tree.delete(
-            ctx,
-            &cairn_format::BmapKey {
-                file_block: extent.file_block,
-            },
-        )?;
+    let key = |extent: &Extent| cairn_format::BmapKey {
+        file_block: extent.file_block,
+    };
+    for (done, extent) in inserted.iter().enumerate() {
+        if let Err(error) = tree.insert(ctx, extent) {
+            for earlier in &inserted[..done] {
+                tree.delete(ctx, &key(earlier))?;
+            }
+            return Err(error.into());
+        }
     }
     for extent in &updated {
-        let key = cairn_format::BmapKey {
-            file_block: extent.file_block,
-        };
-        tree.update(ctx, &key, extent)?;
+        tree.update(ctx, &key(extent), extent)?;
     }
-    for extent in &inserted {
-        tree.insert(ctx, extent)?;
+    for extent in &deleted {
+        tree.delete(ctx, &key(extent))?;
     }
     let first = new.first().map_or(0, |e| e.file_block);
     write_root(data, &tree, first, new.len())

@@ -163,6 +163,13 @@ pub(crate) fn unmap_blocks(
             tx.tx.cancel()?;
             return Ok(());
         }
+        // The map first: a split extent may need an extent-tree block the full filesystem
+        // lacks. Then nothing is unmapped, and no intent may free blocks still mapped.
+        if let Err(error) = map.store(fs, &mut tx, data) {
+            Filesystem::log_inode(&mut tx, number, data);
+            Filesystem::commit(tx, &mut [data])?;
+            return Err(error);
+        }
         let freed: Vec<FreeExtent> = removed
             .iter()
             .map(|e| FreeExtent {
@@ -171,12 +178,10 @@ pub(crate) fn unmap_blocks(
             })
             .collect();
         let intent = tx.tx.log_free_intent(&freed);
-        let stored = map.store(fs, &mut tx, data);
         let released: u64 = removed.iter().map(|e| u64::from(e.length)).sum();
         data.core.block_count = data.core.block_count.saturating_sub(released);
         Filesystem::log_inode(&mut tx, number, data);
         Filesystem::commit(tx, &mut [data])?;
-        stored?;
         free_intent(fs, intent, &removed)?;
         end = step_end;
     }
