@@ -31,7 +31,7 @@ use cairn_bufcache::{BufKey, ReadSpec};
 use cairn_format::inode::{ForkFormat, fork_extents, put_fork_extents};
 use cairn_format::limits::{BTREE_LEVELS_MAX, EXTENT_LEN_MAX};
 use cairn_format::{AgNumber, BtreeLayout, Extent, FsBlock, MetaKind};
-use cairn_journal::{IntentId, Reservation};
+use cairn_journal::{FreeExtent, IntentId, Reservation};
 
 use crate::FsError;
 use crate::bmap_tree::{self, BmapCtx};
@@ -556,6 +556,38 @@ pub(crate) fn allocate(
     }
     data.core.block_count += u64::from(found.length);
     Ok(extent)
+}
+
+/// Finishes a step that cut `removed` out of `map` in `tx`: stores the map first (a split
+/// extent may need an extent-tree block a full filesystem lacks; then the step commits what
+/// changed, unmaps nothing, and no intent may free blocks still mapped), logs a free intent
+/// for `removed`, lowers the block count and commits; a second transaction frees them.
+pub(crate) fn commit_unmap(
+    fs: &Filesystem,
+    mut tx: Tx<'_>,
+    number: u64,
+    data: &mut InodeData,
+    map: &mut FileMap,
+    removed: &[Extent],
+) -> Result<(), FsError> {
+    if let Err(error) = map.store(fs, &mut tx, data) {
+        Filesystem::log_inode(&mut tx, number, data);
+        Filesystem::commit(tx, &mut [data])?;
+        return Err(error);
+    }
+    let freed: Vec<FreeExtent> = removed
+        .iter()
+        .map(|e| FreeExtent {
+            start: e.fs_block,
+            length: e.length,
+        })
+        .collect();
+    let intent = tx.tx.log_free_intent(&freed);
+    let released: u64 = removed.iter().map(|e| u64::from(e.length)).sum();
+    data.core.block_count = data.core.block_count.saturating_sub(released);
+    Filesystem::log_inode(&mut tx, number, data);
+    Filesystem::commit(tx, &mut [data])?;
+    free_intent(fs, intent, removed)
 }
 
 /// Joins and invalidates the buffers of `extents` (logged metadata blocks about to be freed:

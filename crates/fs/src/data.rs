@@ -122,7 +122,14 @@ impl Filesystem {
             plan.last
                 .min(last.next_multiple_of(plan.alignment_blocks())),
         );
-        self.allocate_range(inode, &handle.data, plan.first, needed_end, plan.placement)?;
+        let needed =
+            self.allocate_range(inode, &handle.data, plan.first, needed_end, plan.placement);
+        match needed {
+            Err(FsError::NoSpace) if self.reclaim_speculative(inode)? > 0 => {
+                self.allocate_range(inode, &handle.data, plan.first, needed_end, plan.placement)?;
+            }
+            other => other?,
+        }
         if plan.last > needed_end {
             // Speculative blocks are a bonus: a full filesystem must not fail the write.
             match self.allocate_range(inode, &handle.data, needed_end, plan.last, plan.placement) {

@@ -8,9 +8,9 @@
 //! mount finishes (`Filesystem::finish_intents`).
 
 use cairn_blockdev::AlignedBuf;
-use cairn_journal::{FreeExtent, Reservation};
+use cairn_journal::Reservation;
 
-use crate::bmap::{FileMap, Mapping, Placement, free_intent, step_reservation};
+use crate::bmap::{FileMap, Mapping, Placement, commit_unmap, step_reservation};
 use crate::data::check_data_file;
 use crate::fs::Filesystem;
 use crate::inode::{InodeData, now};
@@ -163,26 +163,7 @@ pub(crate) fn unmap_blocks(
             tx.tx.cancel()?;
             return Ok(());
         }
-        // The map first: a split extent may need an extent-tree block the full filesystem
-        // lacks. Then nothing is unmapped, and no intent may free blocks still mapped.
-        if let Err(error) = map.store(fs, &mut tx, data) {
-            Filesystem::log_inode(&mut tx, number, data);
-            Filesystem::commit(tx, &mut [data])?;
-            return Err(error);
-        }
-        let freed: Vec<FreeExtent> = removed
-            .iter()
-            .map(|e| FreeExtent {
-                start: e.fs_block,
-                length: e.length,
-            })
-            .collect();
-        let intent = tx.tx.log_free_intent(&freed);
-        let released: u64 = removed.iter().map(|e| u64::from(e.length)).sum();
-        data.core.block_count = data.core.block_count.saturating_sub(released);
-        Filesystem::log_inode(&mut tx, number, data);
-        Filesystem::commit(tx, &mut [data])?;
-        free_intent(fs, intent, &removed)?;
+        commit_unmap(fs, tx, number, data, &mut map, &removed)?;
         end = step_end;
     }
     Ok(())
@@ -194,6 +175,7 @@ mod tests {
 
     use cairn_blockdev::{BlockDevice, MemDevice};
     use cairn_format::inode::FileType;
+    use cairn_journal::FreeExtent;
 
     use super::*;
     use crate::types::{Credentials, FileKind, MountOptions};

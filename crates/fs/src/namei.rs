@@ -239,7 +239,11 @@ impl Filesystem {
             if new.file_type == FileType::Symlink {
                 symlink::release_new(self, tx, &mut data)?;
             }
+            // As free as `unlinked::free_now` leaves an inode: fsck checks free ones.
             data.core.mode = 0;
+            data.core.nlink = 0;
+            data.core.size = 0;
+            data.reset_data_fork(ForkFormat::Extents);
             Self::log_inode(tx, number, &mut data);
             ialloc::free_inode(self, tx, number)?;
             return Err(error);

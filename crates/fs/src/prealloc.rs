@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::FsError;
-use crate::bmap::{FileMap, Mapping, Placement};
+use crate::bmap::{EXTENTS_PER_STEP, FileMap, Mapping, Placement, commit_unmap};
 use crate::fs::Filesystem;
 use crate::inode::{Inode, InodeData};
 
@@ -182,9 +182,36 @@ impl Filesystem {
         Ok(freed)
     }
 
+    /// When an allocation found no space: trims the speculative blocks of every other inode
+    /// whose I/O lock is free right now (open or not; a busy one is skipped rather than waited
+    /// for, since its writer may be here too), as XFS frees post-EOF blocks on ENOSPC before
+    /// retrying. Returns the blocks freed.
+    pub(crate) fn reclaim_speculative(&self, except: u64) -> Result<u64, FsError> {
+        let mut freed = 0;
+        for number in self.preallocs.idle(Duration::ZERO) {
+            if number == except {
+                continue;
+            }
+            let Some(handle) = self.inodes.cached(number) else {
+                self.preallocs.take(number);
+                continue;
+            };
+            let Some(_io) = handle.io.try_write() else {
+                continue;
+            };
+            freed += self.trim_unused(&handle)?;
+        }
+        Ok(freed)
+    }
+
     /// Unmaps the unwritten blocks of the recorded speculative range past EOF.
     fn trim_speculative(&self, handle: &Inode) -> Result<u64, FsError> {
         let _io = handle.io.write();
+        self.trim_unused(handle)
+    }
+
+    /// `trim_speculative` for a caller holding the inode's I/O lock.
+    fn trim_unused(&self, handle: &Inode) -> Result<u64, FsError> {
         let mut meta = handle.data.lock();
         if meta.core.extent_size_hint > 1 || !meta.is_allocated() {
             return Ok(0);
@@ -197,22 +224,26 @@ impl Filesystem {
         if spec_end <= eof_block {
             return Ok(0);
         }
-        let mut tx = self.begin(self.write_reservation())?;
-        let mut map = FileMap::load(self, &mut tx, handle.number, &meta)?;
-        let (written, unused): (Vec<_>, Vec<_>) = map
-            .cut(eof_block, spec_end)
-            .into_iter()
-            .partition(|e| !e.unwritten);
-        for extent in written {
-            map.insert(extent);
+        let mut blocks = 0;
+        loop {
+            let mut tx = self.begin(self.write_reservation())?;
+            let mut map = FileMap::load(self, &mut tx, handle.number, &meta)?;
+            let (written, mut unused): (Vec<_>, Vec<_>) = map
+                .cut(eof_block, spec_end)
+                .into_iter()
+                .partition(|e| !e.unwritten);
+            // At most a step's worth of extents per transaction, the last ones first.
+            let kept = unused.len().saturating_sub(EXTENTS_PER_STEP);
+            for extent in written.into_iter().chain(unused.drain(..kept)) {
+                map.insert(extent);
+            }
+            if unused.is_empty() {
+                tx.tx.cancel()?;
+                break;
+            }
+            commit_unmap(self, tx, handle.number, &mut meta, &mut map, &unused)?;
+            blocks += unused.iter().map(|e| u64::from(e.length)).sum::<u64>();
         }
-        let freed = map.free(self, &mut tx, &mut meta, &unused);
-        let stored = map.store(self, &mut tx, &mut meta);
-        Self::log_inode(&mut tx, handle.number, &mut meta);
-        Self::commit(tx, &mut [&mut meta])?;
-        freed?;
-        stored?;
-        let blocks: u64 = unused.iter().map(|e| u64::from(e.length)).sum();
         self.preallocs
             .trimmed_blocks
             .fetch_add(blocks, Ordering::Relaxed);

@@ -134,3 +134,35 @@ fn fill_with_files_then_recover() {
     fs.unmount().unwrap();
     fsck_clean(&device);
 }
+
+// Appends 3 MiB to one file (the speculative range past its end reaches 4 MiB) and keeps
+// it, then fills the rest with another file: when the filesystem runs out, the first file's
+// unused speculative blocks are freed and the filler gets them, so the file keeps only the
+// blocks its size needs and almost nothing is left free.
+#[test]
+fn full_filesystem_takes_back_speculative_blocks() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let top = fs.root();
+    let kept = file(&fs, top, b"kept").unwrap();
+    let chunk = vec![0x42u8; 64 << 10];
+    for index in 0..48 {
+        fs.write(kept, index * chunk.len() as u64, &chunk).unwrap();
+    }
+    let block_size = 4096;
+    let size = 48 * chunk.len() as u64;
+    let held = |fs: &Filesystem| fs.getattr(kept).unwrap().blocks_512 * 512 / block_size;
+    assert!(
+        held(&fs) > size / block_size,
+        "no speculative blocks to take back"
+    );
+    let filler = file(&fs, top, b"filler").unwrap();
+    let (error, _) = fill_with_data(&fs, filler);
+    assert!(matches!(error, FsError::NoSpace), "{error:?}");
+    assert_eq!(held(&fs), size / block_size);
+    let free = fs.statfs().unwrap().blocks_free;
+    assert!(free < 64, "{free} blocks left free");
+    assert_eq!(fs.read(kept, size - 10, 10).unwrap(), vec![0x42; 10]);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
