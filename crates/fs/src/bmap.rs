@@ -145,6 +145,8 @@ pub(crate) struct FileMap {
     original: Vec<Extent>,
     /// Lowest AG the transaction may still lock.
     floor: u32,
+    /// Extents `allocate` took since the last `store`: freed again if the store fails.
+    allocated: Vec<Extent>,
 }
 
 impl FileMap {
@@ -167,6 +169,7 @@ impl FileMap {
             original: list.clone(),
             list,
             floor: 0,
+            allocated: Vec::new(),
         })
     }
 
@@ -247,6 +250,7 @@ impl FileMap {
         let extent = Extent::new(start, found.fs_start, found.length, placement.unwritten)
             .map_err(|e| FsError::corrupt("extent", found.fs_start.0, e.to_string()))?;
         insert(&mut self.list, extent);
+        self.allocated.push(extent);
         data.core.block_count += u64::from(found.length);
         Ok(extent)
     }
@@ -357,7 +361,20 @@ impl FileMap {
         };
         let delta = ctx.blocks_delta;
         data.core.block_count = data.core.block_count.saturating_add_signed(delta);
-        result?;
+        if let Err(error) = result {
+            // The tree is as it was; the blocks allocated for the new mapping go back, and
+            // any this transaction logged (a new directory block) get cancel records.
+            let allocated = std::mem::take(&mut self.allocated);
+            for block in allocated.iter().flat_map(|e| e.fs_block.0..e.fs_end().0) {
+                let key = BufKey::single(block);
+                if tx.tx.buf_mut(key).is_some() {
+                    tx.tx.invalidate_buf(key)?;
+                }
+            }
+            free_pieces(fs, tx, data, &allocated)?;
+            return Err(error);
+        }
+        self.allocated.clear();
         if let Some(cached) = fs.data_cache.cached(self.number, data.core.generation) {
             crate::extents::note_change(&cached, &self.original, &self.list)?;
         }

@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 
 use cairn_blockdev::MemDevice;
-use cairn_fs::{FallocateMode, FileKind, Filesystem, FsError, XattrFlags};
+use cairn_fs::{FallocateMode, FileKind, Filesystem, FsError, RenameMode, XattrFlags};
 use cairn_mkfs::{FormatOptions, Request};
 use common::{fsck_clean, root};
 use proptest::prelude::*;
@@ -102,6 +102,15 @@ fn fill_step(
             fs.setxattr(inode, &xname, &value, XattrFlags::Create, &who)?;
             made.xattrs.push((inode, xname));
         }
+        8 if !made.names.is_empty() => rename_step(fs, rng, made, parent, name)?,
+        9 if !made.names.is_empty() => {
+            let (dir, old) = &made.names[rng.below(made.names.len() as u64) as usize];
+            let inode = fs.lookup(*dir, old)?.inode;
+            let linked = fs.link(inode, parent, &name, &who);
+            fs.forget(inode, if linked.is_ok() { 2 } else { 1 });
+            linked?;
+            made.names.push((parent, name));
+        }
         _ => {
             let inode = fs
                 .create(parent, &name, FileKind::Regular, 0o644, 0, &who)?
@@ -113,13 +122,45 @@ fn fill_step(
     Ok(())
 }
 
-/// Fills until 200 steps in a row found no space.
+/// Renames a random name to `name` in `parent`, or over another random name (replacing it).
+fn rename_step(
+    fs: &Filesystem,
+    rng: &mut Rng,
+    made: &mut Made,
+    parent: u64,
+    name: Vec<u8>,
+) -> Result<(), FsError> {
+    let from = rng.below(made.names.len() as u64) as usize;
+    let over = rng.below(made.names.len() as u64) as usize;
+    let replace = rng.below(2) == 0 && over != from;
+    let to = match replace {
+        true => made.names[over].clone(),
+        false => (parent, name),
+    };
+    let (dir, old) = &made.names[from];
+    let inode_of = |(dir, name): &(u64, Vec<u8>)| {
+        let inode = fs.lookup(*dir, name).map(|attr| attr.inode);
+        inode.inspect(|&inode| fs.forget(inode, 1))
+    };
+    if replace && inode_of(&made.names[from])? == inode_of(&to)? {
+        return Ok(()); // Two links of one file: rename does nothing.
+    }
+    fs.rename(*dir, old, to.0, &to.1, RenameMode::Replace, &root())?;
+    made.names[from] = to;
+    if replace {
+        made.names.swap_remove(over);
+    }
+    Ok(())
+}
+
+/// Fills until 200 steps have found no space (renames and links go on succeeding, so the
+/// failures are counted, not required in a row).
 fn fill(fs: &Filesystem, rng: &mut Rng) -> Made {
     let mut made = Made::default();
     let mut failures = 0;
     for serial in 0.. {
         match fill_step(fs, rng, &mut made, serial) {
-            Ok(()) => failures = 0,
+            Ok(()) => {}
             Err(FsError::NoSpace) => failures += 1,
             Err(error) => panic!("fill step {serial}: {error}"),
         }
@@ -170,24 +211,31 @@ fn remove_all(fs: &Filesystem, rng: &mut Rng, mut made: Made) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(32))]
+    #![proptest_config(ProptestConfig::with_cases(64))]
 
-    // Fills with random kinds of content until 200 steps in a row find no space, checks that
-    // every name made is there and fsck is clean, then removes every xattr, name and
-    // directory in random order: none fails, and fsck is clean. The failed steps used to leak
-    // blocks (a symlink's target blocks, a data extent whose map could not grow its tree)
-    // and to lose a directory's names (an index leaf split half done).
+    // Fills with random kinds of content, renames and links until 200 steps found no space,
+    // checks that every name made is there and fsck is clean, punches holes and recovers
+    // from a crash, then removes every xattr, name and directory in random order: none
+    // fails, and fsck is clean. The failed steps used to leak blocks (a symlink's target
+    // blocks, a data extent whose map could not grow its tree) and to lose a directory's
+    // names (an index leaf split half done).
     #[test]
     fn removal_from_a_full_filesystem_succeeds(seed in 1u64..u64::MAX) {
         let device = small_device();
         let fs = common::mount(&device);
         let mut rng = Rng(seed);
-        let made = fill(&fs, &mut rng);
+        let mut made = fill(&fs, &mut rng);
+        let mut linked = std::collections::HashSet::new();
         for (dir, name) in &made.names {
             let found = fs.lookup(*dir, name);
             prop_assert!(found.is_ok(), "{} lost", String::from_utf8_lossy(name));
-            fs.forget(found.unwrap().inode, 1);
+            let inode = found.unwrap().inode;
+            linked.insert(inode);
+            fs.forget(inode, 1);
         }
+        // Files whose every name a rename replaced are gone after the remount.
+        made.files.retain(|inode| linked.contains(inode));
+        made.xattrs.retain(|(inode, _)| linked.contains(inode));
         fs.unmount().unwrap();
         fsck_clean(&device);
         let fs = common::mount(&device);
