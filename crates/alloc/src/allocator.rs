@@ -22,7 +22,7 @@ use cairn_format::{AgNumber, FsBlock, Geometry};
 use parking_lot::Mutex;
 
 use crate::AllocError;
-use crate::ag::{AgCtx, agf_block};
+use crate::ag::{AgCtx, agf_block, agi_block};
 use crate::busy::{BusyExtents, LogSequence};
 use crate::counters::OpCounters;
 use crate::request::{Allocation, Mode, Request};
@@ -180,14 +180,20 @@ impl Allocator {
         }
     }
 
-    /// The lowest AG the context may lock: `lowest` raised to the highest AG whose AGF it
-    /// already holds (from earlier calls of the same transaction), so AG locks ascend across
-    /// the whole transaction whatever floor the caller tracked.
+    /// The lowest AG the context may lock: `lowest` raised to the highest AG whose AGF or AGI
+    /// it already holds (from earlier calls of the same transaction, or the inode allocator's
+    /// AGI), so AG locks ascend across the whole transaction whatever floor the caller
+    /// tracked. A create holds its inode's AGI: its directory block may not come from a lower
+    /// AG, whose AGF another create may hold while it waits for that AGI.
     fn floor<'c, B: Buffers<'c>>(&self, bufs: &mut B, lowest: AgNumber) -> u32 {
         let lowest = lowest.0.min(self.geometry.ag_count);
         (lowest..self.geometry.ag_count)
             .rev()
-            .find(|ag| bufs.holds(agf_block(&self.geometry, AgNumber(*ag))))
+            .find(|&ag| {
+                let ag = AgNumber(ag);
+                bufs.holds(agf_block(&self.geometry, ag))
+                    || bufs.holds(agi_block(&self.geometry, ag))
+            })
             .unwrap_or(lowest)
     }
 
