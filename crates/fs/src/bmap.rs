@@ -257,9 +257,10 @@ impl FileMap {
 
     /// Blocks `store` may allocate for the extent tree after this step's allocations: none
     /// while the list stays well inside the fork, else a split at every level and a new root.
-    /// Each allocation leaves that many free in its AG (XFS's minleft); the transaction holds
-    /// the AG until commit, so the tree always finds them and a full filesystem fails the
-    /// allocation, not the store after it (which would leak the blocks just taken).
+    /// Each allocation leaves that many free in its AG (XFS's minleft), held by the transaction
+    /// until commit, so a full filesystem fails the allocation rather than the store after it.
+    /// The tree seeks its blocks from the inode's AG upward and may miss them; then `store`
+    /// gives back what was allocated.
     fn tree_reserve(&self, fs: &Filesystem, data: &InodeData) -> u32 {
         let inline = data.core.data_format != ForkFormat::Btree;
         let room = self.list.len() + 2 * EXTENTS_PER_STEP <= inline_capacity(data);
@@ -372,6 +373,7 @@ impl FileMap {
                 }
             }
             free_pieces(fs, tx, data, &allocated)?;
+            self.list = self.original.clone();
             return Err(error);
         }
         self.allocated.clear();
@@ -575,6 +577,17 @@ pub(crate) fn allocate(
     Ok(extent)
 }
 
+/// `extents` as a free intent names them.
+pub(crate) fn free_extents(extents: &[Extent]) -> Vec<FreeExtent> {
+    extents
+        .iter()
+        .map(|e| FreeExtent {
+            start: e.fs_block,
+            length: e.length,
+        })
+        .collect()
+}
+
 /// Finishes a step that cut `removed` out of `map` in `tx`: stores the map first (a split
 /// extent may need an extent-tree block a full filesystem lacks; then the step commits what
 /// changed, unmaps nothing, and no intent may free blocks still mapped), logs a free intent
@@ -592,14 +605,7 @@ pub(crate) fn commit_unmap(
         Filesystem::commit(tx, &mut [data])?;
         return Err(error);
     }
-    let freed: Vec<FreeExtent> = removed
-        .iter()
-        .map(|e| FreeExtent {
-            start: e.fs_block,
-            length: e.length,
-        })
-        .collect();
-    let intent = tx.tx.log_free_intent(&freed);
+    let intent = tx.tx.log_free_intent(&free_extents(removed));
     let released: u64 = removed.iter().map(|e| u64::from(e.length)).sum();
     data.core.block_count = data.core.block_count.saturating_sub(released);
     Filesystem::log_inode(&mut tx, number, data);

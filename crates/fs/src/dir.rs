@@ -21,7 +21,7 @@ use cairn_format::dir::{
 };
 use cairn_format::inode::{FileType, ForkFormat};
 use cairn_format::{Extent, FsBlock, MetaHeader, MetaKind};
-use cairn_journal::{FreeExtent, IntentId, Reservation};
+use cairn_journal::{IntentId, Reservation};
 
 use crate::FsError;
 use crate::bmap::{
@@ -790,24 +790,14 @@ pub(crate) fn free_blocks_in_steps(
         }
         let start = removed.first().map_or(1, |piece| piece.file_block);
         invalidate_blocks(fs, &mut tx, number, &removed)?;
-        let freed: Vec<FreeExtent> = removed
-            .iter()
-            .map(|piece| FreeExtent {
-                start: piece.fs_block,
-                length: piece.length,
-            })
-            .collect();
-        let intent = (!freed.is_empty()).then(|| tx.tx.log_free_intent(&freed));
-        let stored = map.store(fs, &mut tx, data);
-        let released: u64 = removed.iter().map(|piece| u64::from(piece.length)).sum();
-        data.core.block_count = data.core.block_count.saturating_sub(released);
         data.core.size = start * block_size;
-        Filesystem::log_inode(&mut tx, number, data);
-        Filesystem::commit(tx, &mut [data])?;
-        stored?;
-        if let Some(intent) = intent {
-            free_intent(fs, intent, &removed)?;
+        if removed.is_empty() {
+            // A hole at the end: only the size shrinks.
+            Filesystem::log_inode(&mut tx, number, data);
+            Filesystem::commit(tx, &mut [data])?;
+            continue;
         }
+        bmap::commit_unmap(fs, tx, number, data, &mut map, &removed)?;
     }
     Ok(())
 }
@@ -818,14 +808,7 @@ fn defer_free(tx: &mut Tx<'_>, freed: Vec<Extent>) {
     if freed.is_empty() {
         return;
     }
-    let extents: Vec<FreeExtent> = freed
-        .iter()
-        .map(|piece| FreeExtent {
-            start: piece.fs_block,
-            length: piece.length,
-        })
-        .collect();
-    let intent = tx.tx.log_free_intent(&extents);
+    let intent = tx.tx.log_free_intent(&bmap::free_extents(&freed));
     tx.deferred_frees.push((intent, freed));
 }
 

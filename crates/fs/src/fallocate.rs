@@ -175,7 +175,6 @@ mod tests {
 
     use cairn_blockdev::{BlockDevice, MemDevice};
     use cairn_format::inode::FileType;
-    use cairn_journal::FreeExtent;
 
     use super::*;
     use crate::types::{Credentials, FileKind, MountOptions};
@@ -205,14 +204,7 @@ mod tests {
             let mut tx = fs.begin(step_reservation(&fs)).unwrap();
             let mut map = FileMap::load(&fs, &mut tx, file.inode, &data).unwrap();
             let (_, removed) = map.cut_step(0, u64::MAX);
-            let freed: Vec<FreeExtent> = removed
-                .iter()
-                .map(|e| FreeExtent {
-                    start: e.fs_block,
-                    length: e.length,
-                })
-                .collect();
-            tx.tx.log_free_intent(&freed);
+            tx.tx.log_free_intent(&crate::bmap::free_extents(&removed));
             map.store(&fs, &mut tx, &mut data).unwrap();
             data.core.block_count = 0;
             Filesystem::log_inode(&mut tx, file.inode, &mut data);

@@ -6,10 +6,10 @@ use cairn_format::inode::{ForkFormat, local_bytes};
 use cairn_format::limits::SYMLINK_LEN_MAX;
 use cairn_format::symlink::{decode_symlink_block, encode_symlink_block, symlink_block_capacity};
 use cairn_format::{MetaHeader, MetaKind};
-use cairn_journal::{FreeExtent, Reservation};
+use cairn_journal::Reservation;
 
 use crate::FsError;
-use crate::bmap;
+use crate::bmap::{self, FileMap};
 use crate::fs::Filesystem;
 use crate::glue::Tx;
 use crate::inode::InodeData;
@@ -86,27 +86,13 @@ pub(crate) fn free_blocks(
     let mut tx = fs.begin(Reservation::new(
         bmap::step_reservation(fs).bytes + invalidations(fs).bytes,
     ))?;
-    let mut list = bmap::extents(data)?;
-    let removed = bmap::cut(&mut list, 0, u64::MAX);
+    let mut map = FileMap::load(fs, &mut tx, number, data)?;
+    let removed = map.cut(0, u64::MAX);
     if let Err(error) = bmap::invalidate_extents(&mut tx, &removed, &spec(fs, number)) {
         tx.tx.cancel()?;
         return Err(error);
     }
-    let freed: Vec<FreeExtent> = removed
-        .iter()
-        .map(|e| FreeExtent {
-            start: e.fs_block,
-            length: e.length,
-        })
-        .collect();
-    let intent = tx.tx.log_free_intent(&freed);
-    let stored = bmap::store(data, &list);
-    let released: u64 = removed.iter().map(|e| u64::from(e.length)).sum();
-    data.core.block_count = data.core.block_count.saturating_sub(released);
-    Filesystem::log_inode(&mut tx, number, data);
-    Filesystem::commit(tx, &mut [data])?;
-    stored?;
-    bmap::free_intent(fs, intent, &removed)
+    bmap::commit_unmap(fs, tx, number, data, &mut map, &removed)
 }
 
 /// The log space of invalidating a longest target's blocks (one cancel record each).
