@@ -11,30 +11,14 @@ use std::sync::Arc;
 
 use cairn_blockdev::MemDevice;
 use cairn_fs::{FallocateMode, FileKind, Filesystem, FsError, RenameMode, XattrFlags};
-use cairn_mkfs::{FormatOptions, Request};
 use common::{fsck_clean, root};
 use proptest::prelude::*;
 
 const BLOCK: u32 = 1024;
 
-/// A small filesystem of 1 KiB blocks in two AGs (trees split after few records).
+/// A small filesystem of 1 KiB blocks in two AGs.
 fn small_device() -> Arc<MemDevice> {
-    let fs_bytes = 8 << 20;
-    let device = MemDevice::new(fs_bytes, BLOCK);
-    let request = Request {
-        fs_bytes: Some(fs_bytes),
-        block_size: BLOCK,
-        ag_count: Some(2),
-        ..Request::default()
-    };
-    let plan = cairn_mkfs::plan(fs_bytes, BLOCK, &request).unwrap();
-    let options = FormatOptions {
-        uuid: Some([7; 16]),
-        discard: false,
-        now_secs: 1_700_000_000,
-    };
-    cairn_mkfs::format(&device, &plan, &options).unwrap();
-    Arc::new(device)
+    common::make_small_block_device(8 << 20, BLOCK, 2)
 }
 
 struct Rng(u64);

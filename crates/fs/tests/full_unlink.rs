@@ -11,30 +11,14 @@ use std::sync::Arc;
 
 use cairn_blockdev::MemDevice;
 use cairn_fs::{FileKind, Filesystem, FsError};
-use cairn_mkfs::{FormatOptions, Request};
 use common::{fsck_clean, mount, root};
 
 /// Inodes per inode chunk (the format's).
 const CHUNK_INODES: usize = 64;
 
-/// A small filesystem of 1 KiB blocks (small tree blocks, so trees split after few records).
+/// A small filesystem of 1 KiB blocks in one AG.
 fn small_device() -> Arc<MemDevice> {
-    let fs_bytes = 6 << 20;
-    let device = MemDevice::new(fs_bytes, 1024);
-    let request = Request {
-        fs_bytes: Some(fs_bytes),
-        block_size: 1024,
-        ag_count: Some(1),
-        ..Request::default()
-    };
-    let plan = cairn_mkfs::plan(fs_bytes, 1024, &request).unwrap();
-    let options = FormatOptions {
-        uuid: Some([6; 16]),
-        discard: false,
-        now_secs: 1_700_000_000,
-    };
-    cairn_mkfs::format(&device, &plan, &options).unwrap();
-    Arc::new(device)
+    common::make_small_block_device(6 << 20, 1024, 1)
 }
 
 fn name(index: usize) -> Vec<u8> {

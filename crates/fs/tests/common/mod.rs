@@ -12,12 +12,28 @@ pub const SECTOR: u32 = 4096;
 
 /// A freshly formatted memory device of `fs_bytes`.
 pub fn make_device(fs_bytes: u64) -> Arc<MemDevice> {
-    let device = MemDevice::new(fs_bytes, SECTOR);
     let request = Request {
         fs_bytes: Some(fs_bytes),
         ..Request::default()
     };
-    let plan = cairn_mkfs::plan(fs_bytes, SECTOR, &request).unwrap();
+    format_device(fs_bytes, SECTOR, &request)
+}
+
+/// A small filesystem of `block_size` blocks (1 KiB: small tree blocks, so trees split
+/// after few records) in `ag_count` AGs.
+pub fn make_small_block_device(fs_bytes: u64, block_size: u32, ag_count: u32) -> Arc<MemDevice> {
+    let request = Request {
+        fs_bytes: Some(fs_bytes),
+        block_size,
+        ag_count: Some(ag_count),
+        ..Request::default()
+    };
+    format_device(fs_bytes, block_size, &request)
+}
+
+fn format_device(fs_bytes: u64, sector: u32, request: &Request) -> Arc<MemDevice> {
+    let device = MemDevice::new(fs_bytes, sector);
+    let plan = cairn_mkfs::plan(fs_bytes, sector, request).unwrap();
     let options = FormatOptions {
         uuid: Some([5; 16]),
         discard: false,
