@@ -200,38 +200,36 @@ impl<'a> Expectation<'a> {
     }
 
     /// Whether a step after `since`, up to the last step that may have reached the device,
-    /// changed what `path` names.
-    fn changed_after(&self, path: &str, since: usize) -> bool {
+    /// changed what `named` (the node a path or entry names after a step) gives.
+    fn changed_after<T: PartialEq>(
+        &self,
+        since: usize,
+        named: impl Fn(Option<usize>) -> T,
+    ) -> bool {
         let Some(last) = self.last_step else {
             return false;
         };
-        (since + 1..=last).any(|step| {
-            let before = self.names_at(Some(step - 1)).get(path);
-            before != self.names_at(Some(step)).get(path)
-        })
+        (since + 1..=last).any(|step| named(Some(step - 1)) != named(Some(step)))
     }
 
-    /// Whether a step after `since`, up to the last step that may have reached the device,
-    /// changed what `entry` names.
+    fn path_changed_after(&self, path: &str, since: usize) -> bool {
+        self.changed_after(since, |step| self.names_at(step).get(path).copied())
+    }
+
     fn entry_changed_after(&self, entry: &Entry, since: usize) -> bool {
-        let Some(last) = self.last_step else {
-            return false;
-        };
-        (since + 1..=last).any(|step| {
-            self.entry_target(Some(step - 1), entry) != self.entry_target(Some(step), entry)
-        })
+        self.changed_after(since, |step| self.entry_target(step, entry))
     }
 
     fn drop_lapsed(&mut self) {
         let required = std::mem::take(&mut self.required);
         self.required = required
             .into_iter()
-            .filter(|(path, (_, since))| !self.changed_after(path, *since))
+            .filter(|(path, (_, since))| !self.path_changed_after(path, *since))
             .collect();
         let absent = std::mem::take(&mut self.absent);
         self.absent = absent
             .into_iter()
-            .filter(|(path, since)| !self.changed_after(path, *since))
+            .filter(|(path, since)| !self.path_changed_after(path, *since))
             .collect();
         let entries = std::mem::take(&mut self.entries);
         self.entries = entries
