@@ -621,14 +621,8 @@ pub(crate) fn invalidate_extents(
     extents: &[Extent],
     spec: &ReadSpec,
 ) -> Result<(), FsError> {
-    for extent in extents {
-        for block in extent.fs_block.0..extent.fs_end().0 {
-            let key = BufKey::single(block);
-            if tx.tx.buf_mut(key).is_none() {
-                tx.tx.get_new_buf(key, spec)?;
-            }
-            tx.tx.invalidate_buf(key)?;
-        }
+    for block in extents.iter().flat_map(|e| e.fs_block.0..e.fs_end().0) {
+        tx.invalidate(FsBlock(block), spec)?;
     }
     Ok(())
 }

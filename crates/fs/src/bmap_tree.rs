@@ -13,7 +13,6 @@
 
 use cairn_alloc::Request;
 use cairn_btree::{BmapCodec, Btree, Buffers, TreeContext, TreeError, TreeSpec};
-use cairn_bufcache::{BufGuard, ReadSpec};
 use cairn_format::inode::{BmapRoot, ForkFormat};
 use cairn_format::{AgNumber, Extent, FsBlock, InodeNumber};
 
@@ -43,24 +42,7 @@ impl std::fmt::Debug for BmapCtx<'_, '_> {
     }
 }
 
-impl<'j> Buffers<'j> for BmapCtx<'_, 'j> {
-    fn buffer(
-        &mut self,
-        block: FsBlock,
-        spec: &ReadSpec,
-        new: bool,
-    ) -> Result<&mut BufGuard<'j>, TreeError> {
-        self.tx.buffer(block, spec, new)
-    }
-
-    fn invalidate(&mut self, block: FsBlock, spec: &ReadSpec) -> Result<(), TreeError> {
-        self.tx.invalidate(block, spec)
-    }
-
-    fn holds(&mut self, block: FsBlock) -> bool {
-        self.tx.holds(block)
-    }
-}
+crate::glue::buffers_through_tx!(BmapCtx);
 
 impl<'j> TreeContext<'j> for BmapCtx<'_, 'j> {
     fn allocate_block(&mut self) -> Result<FsBlock, TreeError> {

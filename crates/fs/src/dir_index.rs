@@ -21,7 +21,6 @@
 
 use cairn_alloc::Request;
 use cairn_btree::{Btree, Buffers, TreeCodec, TreeContext, TreeError, TreeSpec};
-use cairn_bufcache::{BufGuard, ReadSpec};
 use cairn_format::dir::{DirHashKey, DirHashRecord};
 use cairn_format::{AgNumber, Extent, FsBlock, MetaKind};
 
@@ -241,24 +240,7 @@ impl std::fmt::Debug for IndexCtx<'_, '_> {
     }
 }
 
-impl<'j> Buffers<'j> for IndexCtx<'_, 'j> {
-    fn buffer(
-        &mut self,
-        block: FsBlock,
-        spec: &ReadSpec,
-        new: bool,
-    ) -> Result<&mut BufGuard<'j>, TreeError> {
-        self.tx.buffer(block, spec, new)
-    }
-
-    fn invalidate(&mut self, block: FsBlock, spec: &ReadSpec) -> Result<(), TreeError> {
-        self.tx.invalidate(block, spec)
-    }
-
-    fn holds(&mut self, block: FsBlock) -> bool {
-        self.tx.holds(block)
-    }
-}
+crate::glue::buffers_through_tx!(IndexCtx);
 
 impl<'j> TreeContext<'j> for IndexCtx<'_, 'j> {
     fn allocate_block(&mut self) -> Result<FsBlock, TreeError> {

@@ -62,6 +62,35 @@ impl<'j> Buffers<'j> for Tx<'j> {
     }
 }
 
+/// `Buffers` for a tree context whose `tx` field is the transaction: every call goes to it.
+macro_rules! buffers_through_tx {
+    ($context:ident) => {
+        impl<'j> cairn_btree::Buffers<'j> for $context<'_, 'j> {
+            fn buffer(
+                &mut self,
+                block: cairn_format::FsBlock,
+                spec: &cairn_bufcache::ReadSpec,
+                new: bool,
+            ) -> Result<&mut cairn_bufcache::BufGuard<'j>, cairn_btree::TreeError> {
+                self.tx.buffer(block, spec, new)
+            }
+
+            fn invalidate(
+                &mut self,
+                block: cairn_format::FsBlock,
+                spec: &cairn_bufcache::ReadSpec,
+            ) -> Result<(), cairn_btree::TreeError> {
+                self.tx.invalidate(block, spec)
+            }
+
+            fn holds(&mut self, block: cairn_format::FsBlock) -> bool {
+                self.tx.holds(block)
+            }
+        }
+    };
+}
+pub(crate) use buffers_through_tx;
+
 /// The journal as the allocator sees it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct JournalLog<'a>(pub &'a Journal);
@@ -112,24 +141,7 @@ impl std::fmt::Debug for AgTreeCtx<'_, '_> {
     }
 }
 
-impl<'j> Buffers<'j> for AgTreeCtx<'_, 'j> {
-    fn buffer(
-        &mut self,
-        block: FsBlock,
-        spec: &ReadSpec,
-        new: bool,
-    ) -> Result<&mut BufGuard<'j>, TreeError> {
-        self.tx.buffer(block, spec, new)
-    }
-
-    fn invalidate(&mut self, block: FsBlock, spec: &ReadSpec) -> Result<(), TreeError> {
-        self.tx.invalidate(block, spec)
-    }
-
-    fn holds(&mut self, block: FsBlock) -> bool {
-        self.tx.holds(block)
-    }
-}
+buffers_through_tx!(AgTreeCtx);
 
 impl<'j> TreeContext<'j> for AgTreeCtx<'_, 'j> {
     fn allocate_block(&mut self) -> Result<FsBlock, TreeError> {
