@@ -93,6 +93,24 @@ impl Op {
     }
 }
 
+/// `truncate(path, size)`.
+pub fn truncate(path: &str, size: u64) -> Op {
+    Op::Truncate {
+        path: path.into(),
+        size,
+    }
+}
+
+/// `fallocate(path, offset, len, mode)`.
+pub fn fallocate(path: &str, offset: u64, len: u64, mode: FallocateMode) -> Op {
+    Op::Fallocate {
+        path: path.into(),
+        offset,
+        len,
+        mode,
+    }
+}
+
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -4,7 +4,7 @@
 use cairn_fs::{FallocateMode, RenameMode};
 
 use crate::model::{Model, join, parent_of};
-use crate::op::{self, Op};
+use crate::op::{self, Op, fallocate, truncate};
 
 /// A named workload: the ops run after the setup.
 #[derive(Debug, Clone)]
@@ -22,13 +22,6 @@ fn write(path: &str, offset: u64, len: u64) -> Op {
     }
 }
 
-fn truncate(path: &str, size: u64) -> Op {
-    Op::Truncate {
-        path: path.into(),
-        size,
-    }
-}
-
 fn link(from: &str, to: &str) -> Op {
     Op::Link {
         from: from.into(),
@@ -40,15 +33,6 @@ fn rename(from: &str, to: &str, mode: RenameMode) -> Op {
     Op::Rename {
         from: from.into(),
         to: to.into(),
-        mode,
-    }
-}
-
-fn fallocate(path: &str, offset: u64, len: u64, mode: FallocateMode) -> Op {
-    Op::Fallocate {
-        path: path.into(),
-        offset,
-        len,
         mode,
     }
 }

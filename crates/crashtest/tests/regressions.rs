@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cairn_blockdev::{CrashPoint, MemDevice};
 use cairn_crashtest::explore::{self, ExploreConfig};
 use cairn_crashtest::image::{self, SECTOR_BYTES};
-use cairn_crashtest::op::Op;
+use cairn_crashtest::op::{Op, fallocate, truncate};
 use cairn_crashtest::suite;
 use cairn_crashtest::workload::Workload;
 use cairn_fs::{Credentials, FallocateMode, FileKind, Filesystem, SetAttr};
@@ -49,13 +49,6 @@ fn regression_mkfs_default_log_mountable() {
     fs.unmount().unwrap();
 }
 
-fn truncate(path: &str, size: u64) -> Op {
-    Op::Truncate {
-        path: path.into(),
-        size,
-    }
-}
-
 // Shrinks `foo` (16 KiB) to 5000 bytes, then grows or writes past the end, with every crash
 // point and subset explored: each state must show a version of foo. The tail of the end block
 // used to be zeroed on disk before the size change committed, so a crash showed the old size
@@ -76,11 +69,17 @@ fn regression_shrink_truncate_crash_shows_a_version() {
             Op::Fdatasync("foo".into()),
         ],
     ];
+    explore_every_state("shrink then grow", sequences);
+}
+
+/// Explores every crash point and subset of each sequence (named `name` and its index):
+/// some crash state is checked and none violates the oracle.
+fn explore_every_state<const N: usize>(name: &str, sequences: [Vec<Op>; N]) {
     let workloads: Vec<Workload> = sequences
         .into_iter()
         .enumerate()
         .map(|(index, ops)| Workload {
-            name: format!("shrink then grow {index}"),
+            name: format!("{name} {index}"),
             ops,
         })
         .collect();
@@ -91,8 +90,8 @@ fn regression_shrink_truncate_crash_shows_a_version() {
     };
     let tally = suite::crash_run(&workloads, &config).unwrap();
     assert!(tally.crash_states > 0);
-    let first = tally.violations.first().map(ToString::to_string);
-    assert!(tally.violations.is_empty(), "{}", first.unwrap_or_default());
+    let report: Vec<String> = tally.violations.iter().map(ToString::to_string).collect();
+    assert!(tally.violations.is_empty(), "{}", report.join("\n"));
 }
 
 fn read_zeros(fs: &Filesystem, inode: u64, from: u64, to: u64) -> bool {
@@ -195,15 +194,6 @@ fn regression_torn_cluster_write_home_keeps_durable_directory() {
     assert!(checked > 0);
 }
 
-fn fallocate(path: &str, offset: u64, len: u64, mode: FallocateMode) -> Op {
-    Op::Fallocate {
-        path: path.into(),
-        offset,
-        len,
-        mode,
-    }
-}
-
 // Shrinks `foo` (16 KiB) to 5000 bytes, then writes in place into its end-of-file block
 // (zero range and punch hole reaching past the new end, an overwrite inside it), with every
 // crash point and subset explored: each state must show a version of foo. Those in-place
@@ -234,23 +224,7 @@ fn regression_write_into_shrunk_end_block_crash_shows_a_version() {
             Op::Sync,
         ],
     ];
-    let workloads: Vec<Workload> = sequences
-        .into_iter()
-        .enumerate()
-        .map(|(index, ops)| Workload {
-            name: format!("shrink then write in the end block {index}"),
-            ops,
-        })
-        .collect();
-    let config = ExploreConfig {
-        random_per_flush: 4,
-        seed: 3,
-        extra_points_max: None,
-    };
-    let tally = suite::crash_run(&workloads, &config).unwrap();
-    assert!(tally.crash_states > 0);
-    let report: Vec<String> = tally.violations.iter().map(ToString::to_string).collect();
-    assert!(tally.violations.is_empty(), "{}", report.join("\n"));
+    explore_every_state("shrink then write in the end block", sequences);
 }
 
 // Makes 100 symlinks with remote target blocks and syncs (their blocks logged whole), fills

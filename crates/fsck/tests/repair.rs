@@ -564,16 +564,7 @@ fn held_device_is_refused() {
 // A dirty log is replayed by -y (through cairn-fs): the fsynced file survives.
 #[test]
 fn dirty_log_is_replayed() {
-    let image = populated();
-    let (device, fs) = mount_file(&image.path);
-    let who = Credentials::root();
-    let file = fs
-        .create(fs.root(), b"new", FileKind::Regular, 0o644, 0, &who)
-        .unwrap();
-    fs.write(file.inode, 0, b"kept").unwrap();
-    fs.fsync(file.inode, false).unwrap();
-    std::fs::write(&image.path, device.durable_image()).unwrap();
-    drop(fs);
+    let image = dirty_log_image();
     let said = repair_cycle(&image, "never replayed");
     assert!(said.contains("log: replayed"), "{said}");
     assert_eq!(read_root_file(&image.path, b"new", 4), b"kept");
