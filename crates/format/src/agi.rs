@@ -336,7 +336,11 @@ mod tests {
     #[test]
     fn newest_inode_and_reserved_bytes() {
         let g = sample_geometry();
-        let refused = |agi: Agi| Agi::decode(&agi.to_bytes()).and_then(|a| a.check(&g)).is_err();
+        let refused = |agi: Agi| {
+            Agi::decode(&agi.to_bytes())
+                .and_then(|a| a.check(&g))
+                .is_err()
+        };
         assert!(refused(Agi {
             newest_inode: 64 + 8,
             ..sample(0)

@@ -650,7 +650,11 @@ mod tests {
             owner: Some(INO),
         };
         match InodeCore::read(&raw, &expected) {
-            Err(FormatError::BadField { field: "spare", value: 170, .. }) => {}
+            Err(FormatError::BadField {
+                field: "spare",
+                value: 170,
+                ..
+            }) => {}
             other => panic!("not refused: {other:?}"),
         }
         clear_inode_spare(&mut raw);

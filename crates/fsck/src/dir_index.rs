@@ -21,6 +21,14 @@ const LEVELS_SHIFT: u32 = 56;
 impl Checker<'_> {
     /// Checks the index of block directory `dir` against its entries and its data fork.
     pub(crate) fn check_dir_index(&mut self, dir: u64, extents: &[Extent], listing: &Listing) {
+        let problems = self.report.problems.len();
+        self.check_dir_index_inner(dir, extents, listing);
+        if self.repairing && self.report.problems.len() != problems {
+            self.findings.bad_index.insert(dir);
+        }
+    }
+
+    fn check_dir_index_inner(&mut self, dir: u64, extents: &[Extent], listing: &Listing) {
         let Some(packed) = listing.index else {
             let message = "data block 0 has no index marker".to_string();
             return self.dir_problem(dir, None, message);

@@ -2,7 +2,7 @@
 //! blocks mapped below file block 2^32 with the parent and index markers of block 0, and the
 //! hash index whose blocks are mapped at file block 2^32 + block (see docs/fs.md).
 
-use cairn_format::dir::{ShortformDir, dir_address, dir_data_entries};
+use cairn_format::dir::{ShortformDir, dir_address, dir_data_entries, dir_data_salvage};
 use cairn_format::inode::FileType;
 use cairn_format::{Expected, Extent, FsBlock, MetaKind, verify_header};
 
@@ -123,18 +123,18 @@ impl Checker<'_> {
                 if !self.repairing {
                     return None;
                 }
-                // Repair salvages what decodes; a lost block 0 (the markers) loses the
-                // directory.
-                match dir_data_entries(&block) {
+                // Repair salvages what decodes and empties the rest (a lost block 0 gets
+                // its markers back; the index is rebuilt over what the blocks hold).
+                let mut copy = block.clone();
+                match dir_data_salvage(&mut copy) {
                     Ok(entries) => {
                         self.findings.restamp_dir_blocks.push((at, dir));
                         entries
                     }
-                    Err(_) if file_block > 0 => {
-                        self.findings.lost_dir_blocks.push((at, dir));
+                    Err(_) => {
+                        self.findings.lost_dir_blocks.push((at, dir, file_block));
                         Vec::new()
                     }
-                    Err(_) => return None,
                 }
             }
         };

@@ -3,7 +3,7 @@
 //! was written by a checkpoint the log never held (or its header is damaged).
 
 use cairn_blockdev::AlignedBuf;
-use cairn_format::header::block_lsn;
+use cairn_format::header::{block_crc, block_lsn};
 use cairn_format::log::{
     LOG_RECORD_HEADER_BYTES, LogRecordHeader, decode_log_items, decode_log_record, log_header_crc,
 };
@@ -109,7 +109,8 @@ impl Checker<'_> {
         valid.then_some(header.lsn)
     }
 
-    /// Checks the header LSN of every metadata block (or inode, in chunk reads) in `buf`.
+    /// Checks the header LSN of every metadata block (or inode, in chunk reads) in `buf`
+    /// (the first late one is reported; repair notes every one it can set back).
     pub(crate) fn check_lsns(&mut self, at: FsBlock, what: &str, buf: &[u8]) {
         let block_size = self.geometry.block_size as usize;
         let stride = if what == MetaKind::Inode.name() {
@@ -117,6 +118,7 @@ impl Checker<'_> {
         } else {
             block_size
         };
+        let mut reported = false;
         for (index, piece) in buf.chunks_exact(stride).enumerate() {
             if MetaKind::from_magic(get_u32(piece, 0)).is_none() {
                 continue;
@@ -124,15 +126,24 @@ impl Checker<'_> {
             let Some(lsn) = block_lsn(piece) else {
                 continue;
             };
-            if lsn > self.lsn_limit {
-                let block = at.0 + (index * stride / block_size) as u64;
+            if lsn <= self.lsn_limit {
+                continue;
+            }
+            let block = at.0 + (index * stride / block_size) as u64;
+            // Repair sets the LSN back when the piece's CRC covers it (the LSN itself is the
+            // damage); a piece that does not verify is repaired or dropped whole.
+            if self.repairing && get_u32(piece, 4) == block_crc(piece) {
+                let offset = (index * stride) % block_size;
+                self.findings.future_lsns.push((block, offset, stride));
+            }
+            if !reported {
                 let message = format!(
                     "LSN {} is later than the newest log record ({})",
                     show_lsn(lsn),
                     show_lsn(self.lsn_limit)
                 );
                 self.report.add(Problem::new(what, Some(block), message));
-                return;
+                reported = true;
             }
         }
     }

@@ -116,6 +116,9 @@ impl Checker<'_> {
     ) {
         let unmapped = matches!(core.data_format, ForkFormat::Local | ForkFormat::Device);
         if unmapped && core.block_count != attr_blocks {
+            if self.repairing {
+                self.findings.wrong_counts.insert(number.0, 0);
+            }
             let message = format!(
                 "inode {number}: block count is {}, its attr fork holds {attr_blocks}",
                 core.block_count
