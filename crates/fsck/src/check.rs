@@ -74,6 +74,13 @@ pub struct Findings {
     /// Inodes whose extent map is damaged but partly readable: repair stores the extents
     /// that verified anew.
     pub(crate) rebuild_map: BTreeSet<u64>,
+    /// Block directories whose size does not span their data blocks, with the size that does.
+    pub(crate) wrong_dir_size: BTreeMap<u64, u64>,
+    /// Inodes whose map is cut to this many file blocks (a symlink mapping more blocks than
+    /// its target needs).
+    pub(crate) trim_map: BTreeMap<u64, u64>,
+    /// Directories with unwritten extents: repair drops those extents.
+    pub(crate) drop_unwritten: BTreeSet<u64>,
     /// Blocks of each inode's attr fork (inodes that have any).
     pub(crate) attr_blocks: BTreeMap<u64, u64>,
     /// The extent tree blocks of each inode whose data fork is a tree, as walked.

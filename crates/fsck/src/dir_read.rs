@@ -41,6 +41,8 @@ pub(crate) struct Listing {
     pub entries: Vec<Entry>,
     /// The packed index root of the `..index` marker, in block form.
     pub index: Option<u64>,
+    /// Entries of file type `Unknown` that are not block 0's markers (repair removes them).
+    pub stray: Vec<Entry>,
 }
 
 impl Checker<'_> {
@@ -70,6 +72,7 @@ impl Checker<'_> {
                             })
                             .collect(),
                         index: None,
+                        stray: Vec::new(),
                     }),
                     Err(err) => {
                         self.dir_problem(dir, None, err.to_string());
@@ -83,7 +86,14 @@ impl Checker<'_> {
 
     fn read_block_directory(&mut self, dir: u64, extents: &[Extent]) -> Option<Listing> {
         let mut listing = Listing::default();
+        // cairn-fs reads data blocks 0 up to the last one mapped and refuses a hole.
+        let mut next = 0;
         for extent in extents.iter().filter(|e| e.file_block < INDEX_FILE_BASE) {
+            if extent.file_block > next {
+                let message = format!("hole at data block {next}");
+                self.dir_problem(dir, None, message);
+            }
+            next = next.max(extent.file_end());
             if extent.unwritten {
                 let message = format!("data block {} is unwritten", extent.file_block);
                 self.dir_problem(dir, None, message);
@@ -147,6 +157,16 @@ impl Checker<'_> {
             } else if marker {
                 let message = format!("entry at offset {} has no file type", entry.offset);
                 self.dir_problem(dir, Some(at), message);
+                let address = u32::try_from(file_block)
+                    .ok()
+                    .and_then(|b| dir_address(b, entry.offset))
+                    .unwrap_or(u32::MAX);
+                listing.stray.push(Entry {
+                    name: entry.name,
+                    inode: entry.inode,
+                    file_type: entry.file_type,
+                    address,
+                });
             } else {
                 let address = u32::try_from(file_block)
                     .ok()

@@ -8,10 +8,13 @@ use cairn_format::btree_block::InodeRecord;
 use cairn_format::inode::{FileType, ForkFormat, InodeCore, clear_inode_spare, fork_extents};
 use cairn_format::limits::{AG_HEADER_BLOCKS, INODES_PER_CHUNK};
 use cairn_format::types::NULL_AG_INODE;
-use cairn_format::{AgBlock, AgNumber, Expected, InodeNumber, MetaKind, OnDisk, verify_header};
+use cairn_format::{
+    AgBlock, AgNumber, Expected, Extent, InodeNumber, MetaKind, OnDisk, verify_header,
+};
 
 use crate::bmap::ForkBlocks;
 use crate::check::Checker;
+use crate::dir_read::INDEX_FILE_BASE;
 use crate::report::Problem;
 use crate::tree::AgTree;
 
@@ -307,6 +310,13 @@ impl Checker<'_> {
         if self.repairing {
             match &found {
                 Some(found) => {
+                    // A directory's blocks are never unwritten: such an extent is damage,
+                    // dropped when the map is stored anew.
+                    let directory = core.file_type() == Some(FileType::Directory);
+                    if directory && found.extents.iter().any(|e| e.unwritten) {
+                        self.findings.rebuild_map.insert(number.0);
+                        self.findings.drop_unwritten.insert(number.0);
+                    }
                     let extents = found.extents.clone();
                     self.findings.data_extents.insert(number.0, extents);
                 }
@@ -320,8 +330,33 @@ impl Checker<'_> {
             if core.file_type() == Some(FileType::Symlink) {
                 self.check_symlink_blocks(number, core, &found.extents);
             }
+            if core.file_type() == Some(FileType::Directory) {
+                self.check_directory_size(number, core, &found.extents);
+            }
             self.note_directory_extents(number, &found.extents);
             self.check_extents(number, core, found);
+        }
+    }
+
+    /// A block directory's size spans its data blocks (cairn-fs reads them up to its size).
+    fn check_directory_size(&mut self, number: InodeNumber, core: &InodeCore, extents: &[Extent]) {
+        let span = extents
+            .iter()
+            .filter(|e| e.file_block < INDEX_FILE_BASE)
+            .map(Extent::file_end)
+            .max()
+            .unwrap_or(0);
+        let size = span * u64::from(self.geometry.block_size);
+        if core.size != size {
+            let message = format!(
+                "directory {number}: size is {}, its data blocks span {size} bytes",
+                core.size
+            );
+            self.report
+                .add(Problem::new("inode", Some(number.0), message));
+            if self.repairing {
+                self.findings.wrong_dir_size.insert(number.0, size);
+            }
         }
     }
 

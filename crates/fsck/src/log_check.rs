@@ -27,7 +27,11 @@ impl Checker<'_> {
     pub(crate) fn check_log(&mut self) {
         let at = Some(self.geometry.log_start);
         match Journal::needs_recovery(self.device, &self.superblock) {
-            Ok(false) => {}
+            Ok(false) => {
+                if let Some(fault) = self.head_record_fault() {
+                    self.report.add(Problem::new("log", at, fault));
+                }
+            }
             Ok(true) => {
                 let message = "the log holds checkpoints that were never replayed: mount the \
                                filesystem once to replay them, then check again";
@@ -45,9 +49,53 @@ impl Checker<'_> {
     /// The highest LSN of any record in the log whose header verifies and names this
     /// filesystem; zero for an empty log.
     pub(crate) fn newest_log_lsn(&mut self) -> Lsn {
+        self.newest_log_record().map_or(Lsn::ZERO, |(lsn, _)| lsn)
+    }
+
+    /// Why the newest record of a clean log could not be walked by recovery (which decodes
+    /// the items of every record it walks that has any, the unmount record included), if
+    /// it could not.
+    pub(crate) fn head_record_fault(&mut self) -> Option<String> {
+        let (lsn, block) = self.newest_log_record()?;
+        let block_size = u64::from(self.geometry.block_size);
+        let at = FsBlock(self.geometry.log_start + block);
+        let head = self.read_log(at, 1)?;
+        let header = LogRecordHeader::decode(&head[..LOG_RECORD_HEADER_BYTES]).ok()?;
+        if header.op_count == 0 {
+            return None;
+        }
+        let bytes = LOG_RECORD_HEADER_BYTES as u64 + u64::from(header.payload_bytes);
+        let blocks = bytes.div_ceil(block_size);
+        let room = u64::from(self.geometry.log_blocks) - block;
+        let why = match self.read_log(at, blocks.min(room)) {
+            Some(raw) => decode_log_record(&raw)
+                .and_then(|(header, payload)| decode_log_items(payload, header.op_count))
+                .err()?
+                .to_string(),
+            None => "it cannot be read".to_string(),
+        };
+        Some(format!(
+            "record {} (the newest) holds items that do not decode ({why}): the log cannot be \
+             replayed; fsck.cairn -y discards it",
+            show_lsn(lsn)
+        ))
+    }
+
+    /// `count` log blocks from `at`, or `None` if they cannot be read.
+    fn read_log(&self, at: FsBlock, count: u64) -> Option<Vec<u8>> {
+        let mut buf = AlignedBuf::zeroed((count * u64::from(self.geometry.block_size)) as usize);
+        self.device
+            .read_at(self.geometry.byte_offset(at), &mut buf)
+            .ok()?;
+        Some(buf.to_vec())
+    }
+
+    /// The newest record of the log (whose header verifies and names this filesystem): its
+    /// LSN and the log block it starts at.
+    fn newest_log_record(&mut self) -> Option<(Lsn, u64)> {
         let block_size = u64::from(self.geometry.block_size);
         let log_blocks = u64::from(self.geometry.log_blocks);
-        let mut newest = Lsn::ZERO;
+        let mut newest: Option<(Lsn, u64)> = None;
         let mut first = 0;
         while first < log_blocks {
             let count = LOG_READ_BLOCKS.min(log_blocks - first);
@@ -59,9 +107,11 @@ impl Checker<'_> {
                 // `check_log` has reported an unreadable log already.
                 return newest;
             }
-            for sector in buf.chunks_exact(block_size as usize) {
-                if let Some(lsn) = self.record_lsn(sector) {
-                    newest = newest.max(lsn);
+            for (index, sector) in buf.chunks_exact(block_size as usize).enumerate() {
+                if let Some(lsn) = self.record_lsn(sector)
+                    && newest.is_none_or(|(best, _)| lsn > best)
+                {
+                    newest = Some((lsn, first + index as u64));
                 }
             }
             first += count;

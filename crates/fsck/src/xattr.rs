@@ -1,5 +1,5 @@
 //! Attribute forks: the short form is decoded and checked; an Extents attr fork must map one
-//! leaf block at attr block 0, which is read, verified (kind, own address, owner = the inode,
+//! written leaf block at attr block 0, which is read, verified (kind, own address, owner = the inode,
 //! UUID, CRC) and decoded, and its remote values' blocks checked against the device's end.
 //! The leaf and remote blocks are claimed; their number is the attr fork's share of the
 //! inode's block count.
@@ -59,6 +59,7 @@ impl Checker<'_> {
         let leaf = match extents.as_slice() {
             [e] if e.file_block == 0
                 && e.length == 1
+                && !e.unwritten
                 && e.fs_block.0 < self.geometry.block_count =>
             {
                 e.fs_block.0

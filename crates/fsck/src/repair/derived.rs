@@ -62,6 +62,11 @@ impl Repairer<'_> {
                 (std::mem::replace(&mut core.block_count, blocks), blocks)
             })?;
         }
+        for (&inode, &size) in &findings.wrong_dir_size {
+            self.set_counts(inode, "size", |core| {
+                (std::mem::replace(&mut core.size, size), size)
+            })?;
+        }
         for (&inode, &nlink) in &findings.wrong_nlink {
             self.set_counts(inode, "link count", |core| {
                 let old = std::mem::replace(&mut core.nlink, nlink);

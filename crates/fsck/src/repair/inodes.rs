@@ -36,6 +36,10 @@ struct InodeFix {
     rebuild_map: bool,
     /// Tree blocks that belong to something else (not reused by the rebuild).
     lost_tree_blocks: Vec<u64>,
+    /// Unwritten extents are dropped (a directory's).
+    drop_unwritten: bool,
+    /// The map keeps only file blocks below this (a symlink's blocks past its target).
+    keep_below: Option<u64>,
     drop_attr: bool,
 }
 
@@ -60,12 +64,18 @@ pub(crate) struct InodePlan {
     source: BlockSource,
 }
 
-/// Who may keep contested blocks, first to last: static metadata, then inodes' tree and
-/// xattr blocks (lowest inode first), then file data (lowest inode first).
+/// Whether a claim is unverifiable data (file data or a remote xattr value): nothing in the
+/// blocks says whose they are.
+fn is_data(claim: &Claim) -> bool {
+    claim.inode.is_some() && matches!(claim.owner, "file data" | "xattr value")
+}
+
+/// Who may keep contested blocks, first to last: static metadata, then inodes' extent tree
+/// and xattr leaf blocks (lowest inode first), then data (lowest inode first).
 fn priority(claim: &Claim) -> (u8, Option<u64>, u64) {
     let rank = match claim.inode {
         None => 0,
-        Some(_) if claim.owner != "file data" => 1,
+        Some(_) if !is_data(claim) => 1,
         Some(_) => 2,
     };
     (rank, claim.inode, claim.start)
@@ -120,9 +130,7 @@ impl InodePlan {
                 kept.push(claim);
                 continue;
             };
-            let shared = taken
-                .iter()
-                .all(|k| k.inode.is_some() && k.owner == "file data");
+            let shared = taken.iter().all(|k| is_data(k));
             let why = format!("its blocks belong to {}", owner_text(first));
             self.fault(inode, claim, why, shared);
         }
@@ -184,7 +192,10 @@ impl Repairer<'_> {
         }
         for &inode in &survey.findings.rebuild_map {
             if !plan.clear.contains_key(&inode) {
-                plan.fixes.entry(inode).or_default().rebuild_map = true;
+                let fix = plan.fixes.entry(inode).or_default();
+                fix.rebuild_map = true;
+                fix.drop_unwritten = survey.findings.drop_unwritten.contains(&inode);
+                fix.keep_below = survey.findings.trim_map.get(&inode).copied();
             }
         }
         if !plan.fixes.is_empty() {
@@ -349,6 +360,9 @@ impl Repairer<'_> {
         source: &mut BlockSource,
     ) -> Result<Vec<Extent>, RepairError> {
         extents.sort_by_key(|e| (e.file_block, e.fs_block.0));
+        if let Some(end) = fix.keep_below {
+            extents = clip_extents(extents, end)?;
+        }
         let mut kept: Vec<Extent> = Vec::with_capacity(extents.len());
         for extent in extents {
             let key = (extent.fs_block.0, extent.length);
@@ -356,6 +370,13 @@ impl Repairer<'_> {
                 let (start, length) = key;
                 self.action(format!(
                     "inode {inode}: dropped extent at block {start} ({length} blocks): {why}"
+                ));
+                continue;
+            }
+            if fix.drop_unwritten && extent.unwritten {
+                self.action(format!(
+                    "inode {inode}: dropped unwritten extent at file block {}",
+                    extent.file_block
                 ));
                 continue;
             }
@@ -442,6 +463,21 @@ impl Repairer<'_> {
         ));
         Ok(())
     }
+}
+
+/// `extents` without the file blocks from `end` on (one that crosses `end` is shortened).
+fn clip_extents(extents: Vec<Extent>, end: u64) -> Result<Vec<Extent>, RepairError> {
+    let mut clipped = Vec::with_capacity(extents.len());
+    for extent in extents.into_iter().filter(|e| e.file_block < end) {
+        let length = extent.length.min((end - extent.file_block) as u32);
+        clipped.push(Extent::new(
+            extent.file_block,
+            extent.fs_block,
+            length,
+            extent.unwritten,
+        )?);
+    }
+    Ok(clipped)
 }
 
 /// An inode as repair edits it: the core, and the literal area after it.

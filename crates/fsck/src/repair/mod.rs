@@ -50,6 +50,10 @@ use crate::progress::Progress;
 use crate::report::{Problem, Report};
 use superblock::Primary;
 
+/// Most rounds of phases 1 to 3 one repair runs (each round after the first only when the
+/// one before changed something).
+const REPAIR_ROUNDS_MAX: usize = 3;
+
 /// How far repair may go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -183,6 +187,29 @@ impl<'a> Repairer<'a> {
     /// wrote something, so a repair that only rebuilds space checks the device twice (once
     /// before, once after).
     fn run_phases(&mut self, mut survey: Checker<'a>) -> Result<(), RepairError> {
+        // A phase's repair can leave work for an earlier one (an extent dropped in phase 1
+        // can leave a symlink short of its target, seen only by the next survey): the
+        // phases run again while a round changes something, a few rounds at most.
+        for _ in 0..REPAIR_ROUNDS_MAX {
+            let round = self.writes;
+            survey = self.phase_round(survey)?;
+            if self.writes == round {
+                break;
+            }
+        }
+        let heads: BTreeMap<u32, Vec<u32>> = survey.unlinked_heads.iter().cloned().collect();
+        let claims = std::mem::take(&mut survey.claims);
+        let chunks = std::mem::take(&mut survey.findings.chunks);
+        drop(survey);
+        self.rebuild_space(&claims, &chunks, &heads)?;
+        self.device.flush()?;
+        Ok(())
+    }
+}
+
+impl<'a> Repairer<'a> {
+    /// Phases 1 to 3 once, from `survey`; returns a survey of the device as they left it.
+    fn phase_round(&mut self, mut survey: Checker<'a>) -> Result<Checker<'a>, RepairError> {
         let plan = self.plan_inode_repairs(&mut survey);
         let written = self.writes;
         self.apply_inode_repairs(plan)?;
@@ -202,13 +229,7 @@ impl<'a> Repairer<'a> {
         if self.writes != written {
             survey = self.survey();
         }
-        let heads: BTreeMap<u32, Vec<u32>> = survey.unlinked_heads.iter().cloned().collect();
-        let claims = std::mem::take(&mut survey.claims);
-        let chunks = std::mem::take(&mut survey.findings.chunks);
-        drop(survey);
-        self.rebuild_space(&claims, &chunks, &heads)?;
-        self.device.flush()?;
-        Ok(())
+        Ok(survey)
     }
 }
 
@@ -312,7 +333,13 @@ pub fn repair_path(
         repairer.skipped.push(format!("repair stopped: {err}"));
     }
     outcome.actions = repairer.actions;
-    outcome.skipped = repairer.skipped;
+    // A later round of the phases meets what preen mode left again: say it once.
+    let mut seen = std::collections::BTreeSet::new();
+    outcome.skipped = repairer
+        .skipped
+        .into_iter()
+        .filter(|s| seen.insert(s.clone()))
+        .collect();
     // The superblock was rewritten: the final check reads it afresh.
     outcome.after = match probe::read_primary(&opened.device)? {
         Ok(sb) => {

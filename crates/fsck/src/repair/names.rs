@@ -64,10 +64,13 @@ pub(crate) struct NamePlan {
     nlink: BTreeMap<u64, u32>,
     recorded_nlink: BTreeMap<u64, u32>,
     root: u64,
-    /// Unclaimed blocks, for a lost+found that needs blocks.
+    /// Unclaimed blocks, for directories rewritten into new blocks.
     source: BlockSource,
-    /// lost+found, when it must be rewritten in block form to hold its entries.
-    rebuild: Option<u64>,
+    /// Directories rewritten whole, in block form, into new blocks: lost+found when its
+    /// entries outgrow it, and block directories whose data block 0 is not mapped.
+    rewrite: BTreeSet<u64>,
+    /// The parent each directory should name (`u64::MAX`: one moved to lost+found).
+    expected_parent: BTreeMap<u64, u64>,
 }
 
 fn named(listing: &Listing) -> Vec<Named> {
@@ -96,6 +99,16 @@ impl Repairer<'_> {
         };
         let mut parent_of: BTreeMap<u64, u64> = BTreeMap::new();
         for (&dir, listing) in &names.listings {
+            for stray in &listing.stray {
+                let entry = Named {
+                    name: stray.name.clone(),
+                    inode: stray.inode,
+                    file_type: stray.file_type,
+                    address: stray.address,
+                };
+                let why = "no file type".to_string();
+                plan.edits.entry(dir).or_default().remove.push((entry, why));
+            }
             let mut kept = Vec::new();
             for entry in named(listing) {
                 let seen = survey.inodes.get(&entry.inode);
@@ -152,6 +165,16 @@ impl Repairer<'_> {
             let current = names.listings.get(&dir).and_then(|l| l.parent);
             if current != Some(expected) {
                 plan.edits.entry(dir).or_default().parent = Some(expected);
+            }
+            plan.expected_parent.insert(dir, expected);
+        }
+        for (&dir, source) in &plan.sources {
+            let listing = names.listings.get(&dir);
+            let markers = listing.is_some_and(|l| l.parent.is_some() && l.index.is_some());
+            if let DirSource::Blocks(extents) = source
+                && (!markers || !data_blocks_complete(extents))
+            {
+                plan.rewrite.insert(dir);
             }
         }
         plan.free_slot = free_slot(survey);
@@ -281,12 +304,18 @@ impl Repairer<'_> {
             self.move_to_lost_found(&mut plan)?;
         }
         let mut edits = std::mem::take(&mut plan.edits);
-        if let Some(dir) = plan.rebuild {
-            for (entry, why) in edits.remove(&dir).map(|e| e.remove).unwrap_or_default() {
+        for dir in plan.rewrite.clone() {
+            let edit = edits.remove(&dir).unwrap_or_default();
+            for (entry, why) in &edit.remove {
                 let name = String::from_utf8_lossy(&entry.name);
                 self.action(format!("directory {dir}: removed entry '{name}' ({why})"));
             }
-            self.rebuild_lost_found(dir, &mut plan)?;
+            let parent = edit
+                .parent
+                .or(plan.expected_parent.get(&dir).copied())
+                .filter(|&p| p != u64::MAX)
+                .unwrap_or(plan.root);
+            self.rewrite_directory(dir, parent, &mut plan)?;
         }
         for (dir, edit) in edits {
             let Some(source) = plan.sources.get(&dir).cloned() else {
@@ -372,23 +401,29 @@ impl Repairer<'_> {
             _ => false,
         };
         if !fits {
-            plan.rebuild = Some(lost_found);
+            plan.rewrite.insert(lost_found);
         }
         Ok(())
     }
 
-    /// Rewrites lost+found in block form holding every entry of its listing.
-    fn rebuild_lost_found(&mut self, dir: u64, plan: &mut NamePlan) -> Result<(), RepairError> {
+    /// Rewrites directory `dir` (parent `parent`) in block form, into new blocks, holding
+    /// every entry of its listing.
+    fn rewrite_directory(
+        &mut self,
+        dir: u64,
+        parent: u64,
+        plan: &mut NamePlan,
+    ) -> Result<(), RepairError> {
         let entries = plan.listings.get(&dir).cloned().unwrap_or_default();
         let old_blocks = match plan.sources.get(&dir) {
             Some(DirSource::Blocks(extents)) => extents.iter().map(|e| u64::from(e.length)).sum(),
             _ => 0,
         };
         let extents =
-            self.write_block_directory(dir, plan.root, &entries, old_blocks, &mut plan.source)?;
+            self.write_block_directory(dir, parent, &entries, old_blocks, &mut plan.source)?;
         plan.sources.insert(dir, DirSource::Blocks(extents));
         self.action(format!(
-            "/lost+found: rewritten in block form with {} entries",
+            "directory {dir}: rewritten in block form with {} entries",
             entries.len()
         ));
         Ok(())
@@ -660,6 +695,19 @@ fn data_blocks(extents: &[Extent]) -> u64 {
         .map(|e| e.file_block + u64::from(e.length))
         .max()
         .unwrap_or(0)
+}
+
+/// Whether a directory's data fork maps every data block from 0 to its last, written (what
+/// cairn-fs reads a block directory through).
+fn data_blocks_complete(extents: &[Extent]) -> bool {
+    let mut next = 0;
+    for extent in extents.iter().filter(|e| e.file_block < INDEX_FILE_BASE) {
+        if extent.file_block != next || extent.unwritten {
+            return false;
+        }
+        next = extent.file_end();
+    }
+    next > 0
 }
 
 /// The filesystem block holding directory data block `index`.
