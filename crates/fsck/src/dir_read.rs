@@ -41,8 +41,9 @@ pub(crate) struct Listing {
     pub entries: Vec<Entry>,
     /// The packed index root of the `..index` marker, in block form.
     pub index: Option<u64>,
-    /// Entries of file type `Unknown` that are not block 0's markers (repair removes them).
-    pub stray: Vec<Entry>,
+    /// Entries repair removes, with why: of file type `Unknown` but not block 0's markers,
+    /// or a second entry of one name.
+    pub drop: Vec<(Entry, &'static str)>,
 }
 
 impl Checker<'_> {
@@ -72,7 +73,7 @@ impl Checker<'_> {
                             })
                             .collect(),
                         index: None,
-                        stray: Vec::new(),
+                        drop: Vec::new(),
                     }),
                     Err(err) => {
                         self.dir_problem(dir, None, err.to_string());
@@ -161,12 +162,13 @@ impl Checker<'_> {
                     .ok()
                     .and_then(|b| dir_address(b, entry.offset))
                     .unwrap_or(u32::MAX);
-                listing.stray.push(Entry {
+                let entry = Entry {
                     name: entry.name,
                     inode: entry.inode,
                     file_type: entry.file_type,
                     address,
-                });
+                };
+                listing.drop.push((entry, "no file type"));
             } else {
                 let address = u32::try_from(file_block)
                     .ok()

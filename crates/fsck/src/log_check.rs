@@ -5,7 +5,8 @@
 use cairn_blockdev::AlignedBuf;
 use cairn_format::header::{block_crc, block_lsn};
 use cairn_format::log::{
-    LOG_RECORD_HEADER_BYTES, LogRecordHeader, decode_log_items, decode_log_record, log_header_crc,
+    LOG_FLAG_UNMOUNT, LOG_RECORD_HEADER_BYTES, LogRecordHeader, decode_log_items,
+    decode_log_record, log_header_crc,
 };
 use cairn_format::ondisk::get_u32;
 use cairn_format::{FsBlock, Lsn, MetaKind, OnDisk};
@@ -52,15 +53,25 @@ impl Checker<'_> {
         self.newest_log_record().map_or(Lsn::ZERO, |(lsn, _)| lsn)
     }
 
-    /// Why the newest record of a clean log could not be walked by recovery (which decodes
-    /// the items of every record it walks that has any, the unmount record included), if
-    /// it could not.
+    /// Why a log that needs no replay (as `Journal::needs_recovery` found) could not be
+    /// opened by recovery, if it could not: its newest record is not a clean unmount record
+    /// yet no record sits at the tail it names (recovery would start a log from a tail that
+    /// is not there), or its items do not decode (recovery decodes the items of every record
+    /// it walks that has any, the unmount record included).
     pub(crate) fn head_record_fault(&mut self) -> Option<String> {
         let (lsn, block) = self.newest_log_record()?;
         let block_size = u64::from(self.geometry.block_size);
         let at = FsBlock(self.geometry.log_start + block);
         let head = self.read_log(at, 1)?;
         let header = LogRecordHeader::decode(&head[..LOG_RECORD_HEADER_BYTES]).ok()?;
+        if header.flags & LOG_FLAG_UNMOUNT == 0 || header.tail_lsn != header.lsn {
+            return Some(format!(
+                "record {} (the newest) names tail {}, where no record is: the log cannot be \
+                 replayed; fsck.cairn -y discards it",
+                show_lsn(lsn),
+                show_lsn(header.tail_lsn)
+            ));
+        }
         if header.op_count == 0 {
             return None;
         }

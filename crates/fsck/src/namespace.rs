@@ -121,11 +121,12 @@ impl Checker<'_> {
             .filter_map(|(&number, seen)| seen.dir.clone().map(|source| (number, source)))
             .collect();
         for (dir, source) in dirs {
-            let Some(listing) = self.read_directory(dir, &source) else {
+            let Some(mut listing) = self.read_directory(dir, &source) else {
                 continue;
             };
             if let DirSource::Blocks(extents) = &source {
-                self.check_dir_index(dir, extents, &listing);
+                let records = self.check_dir_index(dir, extents, &listing);
+                self.check_duplicate_names(dir, &mut listing, records.as_deref());
             }
             names.sources.insert(dir, source);
             for entry in &listing.entries {

@@ -1,7 +1,8 @@
 //! Repairs that rebuild what other data determines, and damage that keeps a block verifying:
 //! a directory's two-level hash index after entries go or when one of its blocks is wrong,
 //! a directory whose data block 0 is lost, a file extent tree whose keys or counts are wrong,
-//! counters after repair frees blocks, and nonzero reserved fields. After each, `-y` exits 1,
+//! counters after repair frees blocks, nonzero reserved fields, a name held twice and a log
+//! whose newest record names no tail. After each, `-y` exits 1,
 //! `-n` is clean, a second `-y` changes nothing, and what the damage did not hold is intact.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -13,6 +14,7 @@ use std::sync::{Arc, OnceLock};
 use cairn_blockdev::MemDevice;
 use cairn_format::btree_block::BtreeLayout;
 use cairn_format::header::MetaHeader;
+use cairn_format::log::{LOG_RECORD_HEADER_BYTES, decode_log_record, log_header_crc};
 use cairn_format::ondisk::{get_u16, get_u32, put_u16, put_u32, put_u64};
 use cairn_format::{InodeNumber, MetaKind, OnDisk};
 use cairn_fs::{Credentials, FileKind, Filesystem, MountOptions};
@@ -314,4 +316,89 @@ fn reserved_fields_and_newest_inode_are_repaired() {
         repair(&image);
         common::mounts(&image.path);
     }
+}
+
+// A name of the wide directory changed (CRC recomputed) into another entry's name: the
+// entry the index does not file under that name is removed and its file moved to
+// /lost+found; the other keeps the name.
+#[test]
+fn duplicate_name_goes_to_lost_found() {
+    let wide = wide();
+    let victim = wide_inode(&wide, 601);
+    let size = u64::from(wide.image.geometry.block_size);
+    let block = owned_blocks(&wide.image, MetaKind::DirData, wide.wide)
+        .into_iter()
+        .find(|&b| {
+            let raw = common::read_bytes(&wide.image.path, b * size, size as usize);
+            cairn_format::dir::dir_data_entries(&raw)
+                .unwrap()
+                .iter()
+                .any(|e| e.name == b"name-00601")
+        })
+        .unwrap();
+    edit_block(&wide.image, block, |raw| {
+        let entry = cairn_format::dir::dir_data_entries(raw)
+            .unwrap()
+            .into_iter()
+            .find(|e| e.name == b"name-00601")
+            .unwrap();
+        let at = usize::from(entry.offset) + 10;
+        raw[at..at + 10].copy_from_slice(b"name-00600");
+    });
+    let said = repair(&wide.image);
+    assert!(said.contains("its name is another entry's"), "{said}");
+    let (_device, fs) = mount_file(&wide.image.path);
+    let lost_found = fs.lookup(fs.root(), b"lost+found").unwrap().inode;
+    let moved = fs
+        .lookup(lost_found, victim.to_string().as_bytes())
+        .unwrap();
+    assert_eq!(moved.inode, victim);
+    assert_ne!(fs.lookup(wide.wide, b"name-00600").unwrap().inode, victim);
+    fs.unmount().unwrap();
+}
+
+// The newest log record (the clean unmount record) names tail 0 with its CRC recomputed:
+// recovery could not start from there, so `-n` reports it and `-y` replaces the log with a
+// clean one; the filesystem then takes a new file and checks clean after its unmount.
+#[test]
+fn log_whose_newest_record_names_no_tail_is_discarded() {
+    let image = common::populated();
+    let g = image.geometry;
+    let bytes = std::fs::read(&image.path).unwrap();
+    let size = g.block_size as usize;
+    let newest = (0..u64::from(g.log_blocks))
+        .map(|index| g.log_start + index)
+        .filter_map(|block| {
+            let at = block as usize * size;
+            let (header, _) = decode_log_record(&bytes[at..at + size]).ok()?;
+            Some((header.lsn, block))
+        })
+        .max()
+        .unwrap()
+        .1;
+    let at = newest * size as u64;
+    let mut sector = common::read_bytes(&image.path, at, LOG_RECORD_HEADER_BYTES);
+    put_u64(&mut sector, 72, 0);
+    let crc = log_header_crc(&sector);
+    put_u32(&mut sector, 4, crc);
+    common::write_bytes(&image.path, at, &sector);
+    let path = image.path.to_str().unwrap();
+    let checked = fsck(&["-n", path]);
+    assert!(
+        text(&checked).contains("where no record is"),
+        "{}",
+        text(&checked)
+    );
+    let said = repair(&image);
+    assert!(said.contains("DISCARDED"), "{said}");
+    let (device, fs) = mount_file(&image.path);
+    let who = Credentials::root();
+    let file = fs
+        .create(fs.root(), b"after", FileKind::Regular, 0o644, 0, &who)
+        .unwrap();
+    fs.write(file.inode, 0, &[1u8; 5000]).unwrap();
+    fs.unmount().unwrap();
+    std::fs::write(&image.path, device.snapshot()).unwrap();
+    let checked = fsck(&["-n", path]);
+    assert_eq!(checked.status.code(), Some(0), "{}", text(&checked));
 }

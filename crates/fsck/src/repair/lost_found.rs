@@ -31,7 +31,7 @@ impl Repairer<'_> {
             .data_fork_mut(self.geometry.inode_size)
             .len();
         let mut sf = ShortformDir {
-            parent: 0,
+            parent: self.superblock.root_inode,
             entries: Vec::with_capacity(entries.len()),
         };
         for entry in entries {

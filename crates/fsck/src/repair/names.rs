@@ -99,14 +99,14 @@ impl Repairer<'_> {
         };
         let mut parent_of: BTreeMap<u64, u64> = BTreeMap::new();
         for (&dir, listing) in &names.listings {
-            for stray in &listing.stray {
+            for (dropped, why) in &listing.drop {
                 let entry = Named {
-                    name: stray.name.clone(),
-                    inode: stray.inode,
-                    file_type: stray.file_type,
-                    address: stray.address,
+                    name: dropped.name.clone(),
+                    inode: dropped.inode,
+                    file_type: dropped.file_type,
+                    address: dropped.address,
                 };
-                let why = "no file type".to_string();
+                let why = (*why).to_string();
                 plan.edits.entry(dir).or_default().remove.push((entry, why));
             }
             let mut kept = Vec::new();
@@ -329,6 +329,9 @@ impl Repairer<'_> {
                 continue;
             };
             let old = std::mem::replace(&mut image.core.nlink, nlink);
+            if old == nlink {
+                continue;
+            }
             self.write_image(inode, &image)?;
             self.action(format!("inode {inode}: link count {old} set to {nlink}"));
         }
