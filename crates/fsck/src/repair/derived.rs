@@ -47,8 +47,11 @@ impl Repairer<'_> {
                 continue;
             };
             let attr_blocks = findings.attr_blocks.get(&dir).copied().unwrap_or(0);
+            // The directory's own extent tree blocks serve its map again, if it changes.
             source.reuse = findings.tree_blocks.get(&dir).cloned().unwrap_or_default();
-            if self.rebuild_dir_index(dir, extents, attr_blocks, &mut source)? {
+            let done = self.rebuild_dir_index(dir, extents, attr_blocks, &mut source);
+            source.reuse.clear();
+            if done? {
                 rebuilt.insert(dir);
             }
         }
