@@ -670,12 +670,8 @@ fn repair_case(base: &Base, bytes: Vec<u8>, held: &Held, path: &Path) -> CaseRep
     if let Some(keep) = std::env::var_os("CAIRN_SWEEP_KEEP") {
         let _ = std::fs::write(keep, &bytes);
     }
-    let t0 = std::time::Instant::now();
     match fsck(path, Some(Mode::Yes)) {
         Ok((exit, actions, left)) => {
-            if std::env::var_os("SWEEP_TIMING").is_some() {
-                eprintln!("-y {:?}", t0.elapsed());
-            }
             report.exit = exit;
             report.actions = actions;
             if exit > 1 {
@@ -713,9 +709,6 @@ fn repair_case(base: &Base, bytes: Vec<u8>, held: &Held, path: &Path) -> CaseRep
     if !report.failures.is_empty() {
         return report;
     }
-    if std::env::var_os("SWEEP_TIMING").is_some() {
-        eprintln!("checks {:?}", t0.elapsed());
-    }
     match snapshot_of(&repaired) {
         Ok(after) => {
             let (losses, failures) = compare(base, held, &after);
@@ -724,14 +717,8 @@ fn repair_case(base: &Base, bytes: Vec<u8>, held: &Held, path: &Path) -> CaseRep
         }
         Err(error) => fail(&mut report, format!("the repaired image: {error}")),
     }
-    if std::env::var_os("SWEEP_TIMING").is_some() {
-        eprintln!("snap {:?}", t0.elapsed());
-    }
     if let Err(error) = still_usable(repaired) {
         fail(&mut report, error);
-    }
-    if std::env::var_os("SWEEP_TIMING").is_some() {
-        eprintln!("usable {:?}", t0.elapsed());
     }
     report
 }

@@ -18,8 +18,8 @@ use std::time::Instant;
 use cairn_crashtest::repair_base::build_base;
 use cairn_crashtest::repair_fuzz::{cases, select_units, sweep};
 
-const USAGE: &str = "usage: cairn-repair-sweep [--quick] [--stride N] [--threads N] [--kind NAME] [--from N] \
-     [--trace]";
+const USAGE: &str = "usage: cairn-repair-sweep [--quick] [--stride N] [--threads N] \
+     [--kind NAME] [--from N] [--count N] [--list] [--trace]";
 
 #[derive(Debug)]
 struct Settings {

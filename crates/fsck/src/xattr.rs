@@ -1,6 +1,7 @@
 //! Attribute forks: the short form is decoded and checked; an Extents attr fork must map one
-//! written leaf block at attr block 0, which is read, verified (kind, own address, owner = the inode,
-//! UUID, CRC) and decoded, and its remote values' blocks checked against the device's end.
+//! written leaf block at attr block 0, which is read, verified (kind, own address, owner =
+//! the inode, UUID, CRC) and decoded, and its remote values' blocks checked against the
+//! device's end.
 //! The leaf and remote blocks are claimed; their number is the attr fork's share of the
 //! inode's block count.
 
