@@ -6,7 +6,7 @@
 use cairn_btree::{BnoCodec, Btree, Buffers, CntCodec, TreeContext, TreeError, TreeSpec};
 use cairn_bufcache::{BufGuard, HeaderOps, ReadSpec};
 use cairn_format::agfl::{agfl_capacity, agfl_entry, agfl_slot_offset};
-use cairn_format::limits::{AG_AGF_BLOCK, AG_AGFL_BLOCK, AG_AGI_BLOCK};
+use cairn_format::limits::{AG_AGF_BLOCK, AG_AGFL_BLOCK};
 use cairn_format::ondisk::put_u32;
 use cairn_format::types::NULL_AG_BLOCK;
 use cairn_format::{AgBlock, AgNumber, Agf, FsBlock, Geometry, MetaKind, OnDisk};
@@ -193,11 +193,6 @@ impl<'x, 'c, B: Buffers<'c>> AgCtx<'x, B> {
 /// The block of AG `ag`'s header. Holding its buffer is holding the AG lock.
 pub(crate) fn agf_block(geometry: &Geometry, ag: AgNumber) -> FsBlock {
     FsBlock(geometry.ag_start(ag.0) + u64::from(AG_AGF_BLOCK))
-}
-
-/// The block of AG `ag`'s inode header (the filesystem's inode allocator locks it).
-pub(crate) fn agi_block(geometry: &Geometry, ag: AgNumber) -> FsBlock {
-    FsBlock(geometry.ag_start(ag.0) + u64::from(AG_AGI_BLOCK))
 }
 
 fn agf_spec(uuid: [u8; 16], ag: AgNumber) -> ReadSpec {

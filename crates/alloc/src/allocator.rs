@@ -19,10 +19,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use cairn_btree::Buffers;
 use cairn_format::{AgNumber, FsBlock, Geometry};
-use parking_lot::Mutex;
+use cairn_lockrank::{Mutex, Rank};
 
 use crate::AllocError;
-use crate::ag::{AgCtx, agf_block, agi_block};
+use crate::ag::{AgCtx, agf_block};
 use crate::busy::{BusyExtents, LogSequence};
 use crate::counters::OpCounters;
 use crate::request::{Allocation, Mode, Request};
@@ -91,7 +91,7 @@ impl Allocator {
     pub fn new(geometry: Geometry, uuid: [u8; 16]) -> Self {
         Self {
             ags: (0..geometry.ag_count)
-                .map(|_| Mutex::new(AgState::default()))
+                .map(|_| Mutex::new(Rank::AllocAg, AgState::default()))
                 .collect(),
             longest_hints: (0..geometry.ag_count)
                 .map(|_| AtomicU32::new(HINT_UNKNOWN))
@@ -180,20 +180,15 @@ impl Allocator {
         }
     }
 
-    /// The lowest AG the context may lock: `lowest` raised to the highest AG whose AGF or AGI
-    /// it already holds (from earlier calls of the same transaction, or the inode allocator's
-    /// AGI), so AG locks ascend across the whole transaction whatever floor the caller
-    /// tracked. A create holds its inode's AGI: its directory block may not come from a lower
-    /// AG, whose AGF another create may hold while it waits for that AGI.
+    /// The lowest AG the context may lock: `lowest` raised to the highest AG whose AGF it
+    /// already holds (from earlier calls of the same transaction), so AGF locks ascend across
+    /// the whole transaction whatever floor the caller tracked. AGIs put no floor on AGFs:
+    /// every AGI is taken before every AGF (docs/alloc.md, lock order).
     fn floor<'c, B: Buffers<'c>>(&self, bufs: &mut B, lowest: AgNumber) -> u32 {
         let lowest = lowest.0.min(self.geometry.ag_count);
         (lowest..self.geometry.ag_count)
             .rev()
-            .find(|&ag| {
-                let ag = AgNumber(ag);
-                bufs.holds(agf_block(&self.geometry, ag))
-                    || bufs.holds(agi_block(&self.geometry, ag))
-            })
+            .find(|&ag| bufs.holds(agf_block(&self.geometry, AgNumber(ag))))
             .unwrap_or(lowest)
     }
 
@@ -208,6 +203,11 @@ impl Allocator {
             .ag_of(request.target)
             .0
             .clamp(lowest, count.saturating_sub(1));
+        if request.target_ag_only {
+            let own = self.geometry.ag_of(request.target).0;
+            let tried = if own >= lowest { vec![own] } else { Vec::new() };
+            return (tried, Vec::new());
+        }
         ((target..count).collect(), (lowest..target).collect())
     }
 

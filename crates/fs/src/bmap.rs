@@ -315,22 +315,6 @@ impl FileMap {
         (step_start, self.cut(step_start, end))
     }
 
-    /// Frees the physical blocks of `removed` pieces (already cut) in `tx`.
-    pub fn free(
-        &mut self,
-        fs: &Filesystem,
-        tx: &mut Tx<'_>,
-        data: &mut InodeData,
-        removed: &[Extent],
-    ) -> Result<(), FsError> {
-        let mut sorted = removed.to_vec();
-        sorted.sort_by_key(|e| e.fs_block.0);
-        for extent in &sorted {
-            self.floor = self.floor.max(fs.geometry.ag_of(extent.fs_block).0);
-        }
-        free_pieces(fs, tx, data, &sorted)
-    }
-
     /// Writes the map back into the fork: inline when it fits (freeing a tree that shrank to
     /// half the inline capacity), else into the tree (created when the list outgrows the fork).
     pub fn store(

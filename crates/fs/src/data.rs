@@ -190,7 +190,7 @@ impl Filesystem {
     pub(crate) fn allocate_range(
         &self,
         inode: u64,
-        lock: &parking_lot::Mutex<InodeData>,
+        lock: &cairn_lockrank::Mutex<InodeData>,
         first: u64,
         last: u64,
         placement: Placement,

@@ -79,7 +79,7 @@ impl Filesystem {
     fn zero_range(
         &self,
         inode: u64,
-        lock: &parking_lot::Mutex<InodeData>,
+        lock: &cairn_lockrank::Mutex<InodeData>,
         offset: u64,
         end: u64,
     ) -> Result<(), FsError> {

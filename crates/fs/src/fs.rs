@@ -46,12 +46,28 @@ pub(crate) fn inode_tree_reserve(geometry: &Geometry) -> u32 {
 }
 
 /// In-memory state of one AG's inodes (exact: changed under the AGI buffer lock).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct AgInodes {
     pub count: AtomicI64,
     pub free: AtomicI64,
     /// False after a chunk allocation failed here; reset when blocks are freed.
     pub chunk_hint: AtomicBool,
+    /// The AG's unlinked lists in memory (see `unlinked.rs`).
+    pub unlinked: cairn_lockrank::Mutex<crate::unlinked::UnlinkedIndex>,
+}
+
+impl Default for AgInodes {
+    fn default() -> Self {
+        Self {
+            count: AtomicI64::new(0),
+            free: AtomicI64::new(0),
+            chunk_hint: AtomicBool::new(false),
+            unlinked: cairn_lockrank::Mutex::new(
+                cairn_lockrank::Rank::UnlinkedIndex,
+                crate::unlinked::UnlinkedIndex::default(),
+            ),
+        }
+    }
 }
 
 /// Counters of operations.
@@ -89,7 +105,7 @@ pub struct Filesystem {
     pub(crate) dir_rotor: AtomicU32,
     pub(crate) recovery: RecoveryReport,
     /// Serialises renames (see `rename.rs` for the lock order).
-    pub(crate) rename_lock: parking_lot::Mutex<()>,
+    pub(crate) rename_lock: cairn_lockrank::Mutex<()>,
     pub(crate) preallocs: crate::prealloc::Preallocs,
     pub(crate) data_cache: crate::extents::DataCache,
 }
@@ -153,7 +169,7 @@ impl Filesystem {
             generation: AtomicU32::new(created as u32),
             dir_rotor: AtomicU32::new(0),
             recovery,
-            rename_lock: parking_lot::Mutex::new(()),
+            rename_lock: cairn_lockrank::Mutex::new(cairn_lockrank::Rank::Rename, ()),
             preallocs: crate::prealloc::Preallocs::default(),
             data_cache: crate::extents::DataCache::new()?,
         };

@@ -15,7 +15,6 @@ use cairn_format::limits::NAME_LEN_MAX;
 use cairn_format::types::NULL_AG_INODE;
 use cairn_format::{Expected, MetaKind};
 use cairn_journal::Reservation;
-use parking_lot::{Mutex, RwLock};
 
 use crate::fs::Filesystem;
 use crate::glue::Tx;
@@ -56,7 +55,7 @@ impl Filesystem {
     /// The inode number `name` names in `parent` ("." and ".." included).
     pub(crate) fn lookup_number(&self, parent: u64, name: &[u8]) -> Result<u64, FsError> {
         let dir_inode = self.live_inode(parent)?;
-        let dir_data = dir_inode.data.lock();
+        let dir_data = dir_inode.lock_dir();
         if !dir_data.is_dir() {
             return Err(FsError::NotDirectory);
         }
@@ -68,6 +67,20 @@ impl Filesystem {
         };
         tx.tx.cancel()?;
         found?.ok_or(FsError::NotFound)
+    }
+
+    /// Looks `name` up in a directory whose lock the caller holds, in a transaction of its
+    /// own that holds no buffer on return: callers lock the inode found before they begin
+    /// the transaction that changes the entry (inode locks come before buffers).
+    pub(crate) fn find_entry(
+        &self,
+        dir_data: &InodeData,
+        name: &[u8],
+    ) -> Result<Option<dir::Found>, FsError> {
+        let mut tx = self.begin(Reservation::new(0))?;
+        let found = dir::lookup(self, &mut tx, dir_data, name);
+        tx.tx.cancel()?;
+        found
     }
 
     /// Drops `lookups` lookup references; an unlinked inode is freed once nothing holds it.
@@ -178,27 +191,44 @@ impl Filesystem {
         valid_name(name)?;
         Self::count(&self.counters.creates, 1);
         let dir_inode = self.live_inode(parent)?;
-        let mut dir_data = dir_inode.data.lock();
+        let mut dir_data = dir_inode.lock_dir();
         check_dir_writable(&dir_data, who)?;
         if new.file_type == FileType::Directory && dir_data.core.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
-        let mut tx = self.begin(Reservation::create(&self.geometry))?;
-        if dir::lookup(self, &mut tx, &dir_data, name)?.is_some() {
-            tx.tx.cancel()?;
-            return Err(FsError::Exists);
-        }
-        let inode = match self.make_in(&mut tx, parent, &mut dir_data, name, new, who) {
-            Ok(inode) => inode,
-            Err(error) => {
-                self.commit_failed(tx)?;
-                return Err(error);
+        // Each failed chunk attempt marks its AG, so the attempts are bounded by the AGs.
+        for _ in 0..=self.geometry.ag_count {
+            let mut tx = self.begin(Reservation::create(&self.geometry))?;
+            if dir::lookup(self, &mut tx, &dir_data, name)?.is_some() {
+                tx.tx.cancel()?;
+                return Err(FsError::Exists);
             }
-        };
-        let mut data = inode.data.lock();
-        Self::log_inode(&mut tx, parent, &mut dir_data);
+            match self.make_in(&mut tx, parent, &mut dir_data, name, new, who) {
+                Ok(Some(inode)) => return self.commit_made(tx, parent, &mut dir_data, &inode),
+                // An AG's AGF was locked for a chunk it could not place: another AGI may
+                // only be locked in a new transaction (every AGI before every AGF).
+                Ok(None) => self.commit_failed(tx)?,
+                Err(error) => {
+                    self.commit_failed(tx)?;
+                    return Err(error);
+                }
+            }
+        }
+        Err(FsError::NoSpace)
+    }
+
+    /// Logs a made inode and its directory, commits, and takes the lookup reference.
+    fn commit_made(
+        &self,
+        mut tx: Tx<'_>,
+        parent: u64,
+        dir_data: &mut InodeData,
+        inode: &Inode,
+    ) -> Result<Attr, FsError> {
+        let mut data = inode.lock_fresh();
+        Self::log_inode(&mut tx, parent, dir_data);
         Self::log_inode(&mut tx, inode.number, &mut data);
-        Self::commit(tx, &mut [&mut dir_data, &mut data])?;
+        Self::commit(tx, &mut [dir_data, &mut data])?;
         data.lookups += 1;
         Ok(data.attr(inode.number, self.geometry.block_size))
     }
@@ -213,7 +243,8 @@ impl Filesystem {
     }
 
     /// Allocates and initialises the inode and adds its entry; on failure after the
-    /// allocation the inode is freed again in the same transaction.
+    /// allocation the inode is freed again in the same transaction. `None`: try again in a
+    /// new transaction (`ialloc::InodeAlloc::TryAgain`).
     fn make_in(
         &self,
         tx: &mut Tx<'_>,
@@ -222,20 +253,23 @@ impl Filesystem {
         name: &[u8],
         new: &NewInode<'_>,
         who: &Credentials,
-    ) -> Result<Arc<Inode>, FsError> {
+    ) -> Result<Option<Arc<Inode>>, FsError> {
         let ag = match new.file_type {
             FileType::Directory => self.next_dir_ag(),
             _ => self.geometry.split_ag(parent),
         };
-        let number = ialloc::allocate_inode(self, tx, ag)?;
+        let number = match ialloc::allocate_inode(self, tx, ag)? {
+            ialloc::InodeAlloc::Allocated(number) => number,
+            ialloc::InodeAlloc::TryAgain => return Ok(None),
+        };
         let inode = self.fresh_inode(tx, number)?;
         let added = {
-            let mut data = inode.data.lock();
+            let mut data = inode.lock_fresh();
             self.init_inode(tx, &mut data, dir_data, parent, new, who)
                 .and_then(|()| dir::add(self, tx, dir_data, name, number, new.file_type))
         };
         if let Err(error) = added {
-            let mut data = inode.data.lock();
+            let mut data = inode.lock_fresh();
             if new.file_type == FileType::Symlink {
                 symlink::release_new(self, tx, &mut data)?;
             }
@@ -254,7 +288,7 @@ impl Filesystem {
         if new.file_type == FileType::Directory {
             dir_data.core.nlink += 1;
         }
-        Ok(inode)
+        Ok(Some(inode))
     }
 
     /// Fills in a newly allocated inode.
@@ -341,17 +375,16 @@ impl Filesystem {
                 "free in the tree but in use",
             ));
         }
-        let inode = Inode {
+        let inode = Inode::new(
             number,
-            io: RwLock::new(()),
-            data: Mutex::new(InodeData {
+            InodeData {
                 core,
                 raw,
                 last_sequence: 0,
                 lookups: 0,
                 opens: 0,
-            }),
-        };
+            },
+        );
         Ok(self.inodes.insert(inode))
     }
 
@@ -371,7 +404,7 @@ impl Filesystem {
         max_entries: usize,
     ) -> Result<Vec<DirEntry>, FsError> {
         let handle = self.live_inode(inode)?;
-        let data = handle.data.lock();
+        let data = handle.lock_dir();
         if !data.is_dir() {
             return Err(FsError::NotDirectory);
         }
@@ -423,7 +456,7 @@ impl Filesystem {
         if inode == new_parent {
             return Err(FsError::NotPermitted);
         }
-        let mut dir_data = dir_inode.data.lock();
+        let mut dir_data = dir_inode.lock_dir();
         check_dir_writable(&dir_data, who)?;
         let mut data = target.data.lock();
         if data.is_dir() {
@@ -485,6 +518,11 @@ impl SplitAg for cairn_format::Geometry {
 pub(crate) fn check_dir_writable(data: &InodeData, who: &Credentials) -> Result<(), FsError> {
     if !data.is_dir() {
         return Err(FsError::NotDirectory);
+    }
+    // A removed directory (still open or looked up) takes no new entries: they would go
+    // with it when it is freed, leaving inodes no directory names (Linux: ENOENT).
+    if data.core.nlink == 0 {
+        return Err(FsError::NotFound);
     }
     perm::check(data, who, perm::WRITE | perm::EXECUTE)
 }

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use cairn_blockdev::BlockDevice;
 use cairn_bufcache::{BufCacheError, BufKey, BufferCache, ReadSpec};
 use cairn_format::{Geometry, InodeNumber, Lsn, Superblock};
-use parking_lot::{Condvar, Mutex};
+use cairn_lockrank::{Mutex, Rank};
+use parking_lot::Condvar;
 
 use crate::JournalError;
 use crate::ail::{Ail, AilItem};
@@ -138,25 +139,28 @@ impl Journal {
             config,
             push_threshold: config.push_threshold(layout.log_bytes()),
             cluster_spec: ReadSpec::new(spec.ops, uuid),
-            cil: Mutex::new(Cil::new(sequence)),
+            cil: Mutex::new(Rank::JournalCil, Cil::new(sequence)),
             cil_switched: Condvar::new(),
-            writer: Mutex::new(Writer {
-                head: recovered.head,
-                prev_lsn: recovered.prev_lsn,
-                next_data_sequence: sequence,
-                next_commit_sequence: sequence,
-            }),
+            writer: Mutex::new(
+                Rank::JournalWriter,
+                Writer {
+                    head: recovered.head,
+                    prev_lsn: recovered.prev_lsn,
+                    next_data_sequence: sequence,
+                    next_commit_sequence: sequence,
+                },
+            ),
             writer_turn: Condvar::new(),
-            ail: Mutex::new(Ail::default()),
-            push_lock: Mutex::new(()),
-            space: Mutex::new(space),
+            ail: Mutex::new(Rank::JournalAil, Ail::default()),
+            push_lock: Mutex::new(Rank::JournalPush, ()),
+            space: Mutex::new(Rank::JournalSpace, space),
             space_changed: Condvar::new(),
-            completed: Mutex::new(sequence - 1),
+            completed: Mutex::new(Rank::JournalCompleted, sequence - 1),
             completed_changed: Condvar::new(),
             next_intent: AtomicU64::new(recovered.next_intent),
-            sync_commit: Mutex::new(()),
-            shutdown: Mutex::new(None),
-            worker: Mutex::new(WorkerState::default()),
+            sync_commit: Mutex::new(Rank::JournalSyncCommit, ()),
+            shutdown: Mutex::new(Rank::JournalState, None),
+            worker: Mutex::new(Rank::JournalState, WorkerState::default()),
             worker_wake: Condvar::new(),
             stats: Stats::default(),
         });
@@ -170,8 +174,11 @@ impl Journal {
     }
 
     /// Starts a transaction holding `reservation` log bytes; waits (pushing the CIL and the
-    /// AIL) while the log is short of space.
+    /// AIL) while the log is short of space. The caller must hold no buffer: a held buffer
+    /// may pin the log's tail, and the wait would never end (checked in debug builds).
+    #[track_caller]
     pub fn begin(&self, reservation: Reservation) -> Result<Transaction<'_>, JournalError> {
+        cairn_lockrank::check_may_wait(cairn_lockrank::Rank::LogSpace);
         self.inner.reserve(reservation)?;
         bump(&self.inner.stats.transactions, 1);
         Ok(Transaction::new(self, reservation))
@@ -394,7 +401,7 @@ impl Inner {
                 }
                 if space.serving_ticket != ticket {
                     let slice = Duration::from_millis(WAIT_SLICE_MS);
-                    self.space_changed.wait_for(&mut space, slice);
+                    space.wait_for(&self.space_changed, slice);
                     continue;
                 }
             }
@@ -422,7 +429,7 @@ impl Inner {
         } else {
             let mut space = self.space.lock();
             let slice = Duration::from_millis(WAIT_SLICE_MS);
-            self.space_changed.wait_for(&mut space, slice);
+            space.wait_for(&self.space_changed, slice);
         }
         Ok(())
     }
@@ -453,8 +460,7 @@ impl Inner {
         let mut cil = self.cil.lock();
         while cil.sequence() == sequence {
             self.check_shutdown()?;
-            self.cil_switched
-                .wait_for(&mut cil, Duration::from_millis(WAIT_SLICE_MS));
+            cil.wait_for(&self.cil_switched, Duration::from_millis(WAIT_SLICE_MS));
         }
         Ok(())
     }
@@ -473,8 +479,10 @@ impl Inner {
         let mut completed = self.completed.lock();
         while *completed < sequence {
             self.check_shutdown()?;
-            self.completed_changed
-                .wait_for(&mut completed, Duration::from_millis(WAIT_SLICE_MS));
+            completed.wait_for(
+                &self.completed_changed,
+                Duration::from_millis(WAIT_SLICE_MS),
+            );
         }
         Ok(())
     }
@@ -515,8 +523,7 @@ impl Inner {
         let mut writer = self.writer.lock();
         while writer.next_commit_sequence < context.sequence {
             self.check_shutdown()?;
-            self.writer_turn
-                .wait_for(&mut writer, Duration::from_millis(WAIT_SLICE_MS));
+            writer.wait_for(&self.writer_turn, Duration::from_millis(WAIT_SLICE_MS));
         }
         drop(writer);
         let finished = match data {
@@ -549,8 +556,7 @@ impl Inner {
             || sequence >= writer.next_commit_sequence + CHECKPOINTS_IN_FLIGHT_MAX
         {
             self.check_shutdown()?;
-            self.writer_turn
-                .wait_for(&mut writer, Duration::from_millis(WAIT_SLICE_MS));
+            writer.wait_for(&self.writer_turn, Duration::from_millis(WAIT_SLICE_MS));
         }
         debug_assert_eq!(writer.next_data_sequence, sequence, "data turn");
         let result = match items.is_empty() {
@@ -881,8 +887,7 @@ impl Inner {
             {
                 let mut state = self.worker.lock();
                 if !state.stop && !state.kicked {
-                    self.worker_wake
-                        .wait_for(&mut state, interval.min(Duration::from_millis(100)));
+                    state.wait_for(&self.worker_wake, interval.min(Duration::from_millis(100)));
                 }
                 if state.stop {
                     return;
