@@ -357,3 +357,28 @@ fn needs_recovery_follows_the_log() {
     assert!(!Filesystem::needs_recovery(device.as_ref()).unwrap());
     fsck_clean(&device);
 }
+
+// A removed directory that is still looked up (or open) takes no new entries: create,
+// mkdir, link and rename into it fail with NotFound, as on Linux. It used to accept them, and
+// the entries went with the directory when it was freed, leaving inodes no directory named
+// (found by the concurrency stress test).
+#[test]
+fn a_removed_directory_takes_no_new_entries() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let gone = mkdir(&fs, fs.root(), b"gone");
+    let kept = file(&fs, fs.root(), b"kept");
+    fs.rmdir(fs.root(), b"gone", &root()).unwrap();
+    let create = fs.create(gone, b"f", FileKind::Regular, 0o644, 0, &root());
+    assert!(matches!(create, Err(FsError::NotFound)), "{create:?}");
+    let made = fs.mkdir(gone, b"d", 0o755, &root());
+    assert!(matches!(made, Err(FsError::NotFound)), "{made:?}");
+    let linked = fs.link(kept, gone, b"l", &root());
+    assert!(matches!(linked, Err(FsError::NotFound)), "{linked:?}");
+    let moved = rename(&fs, (fs.root(), b"kept"), (gone, b"k"), RenameMode::Replace);
+    assert!(matches!(moved, Err(FsError::NotFound)), "{moved:?}");
+    fs.forget(gone, 1);
+    fs.forget(kept, 1);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
