@@ -117,6 +117,8 @@ pub struct SetAttr {
     pub atime: Option<TimeOrNow>,
     pub mtime: Option<TimeOrNow>,
     pub ctime: Option<SystemTime>,
+    /// The open handle the change came through (`ftruncate`, `futimens`), if any.
+    pub file: Option<u64>,
 }
 
 /// One directory entry returned by `readdir`.

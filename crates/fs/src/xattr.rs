@@ -55,13 +55,26 @@ fn full_name(namespace: Namespace, name: &[u8]) -> Vec<u8> {
     [prefix, name].concat()
 }
 
-/// Whether `who` may read (`write` false) or change attributes of `namespace` on `data`.
+/// The stored name of `security.capability`.
+const CAPABILITY: &[u8] = b"capability";
+
+/// What a caller does to an attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
+    /// Removing `security.capability` on behalf of a writer of the file.
+    DropCapability,
+}
+
+/// Whether `who` may perform `access` on attributes of `namespace` on `data`.
 fn check_access(
     data: &InodeData,
     namespace: Namespace,
     who: &Credentials,
-    write: bool,
+    access: Access,
 ) -> Result<(), FsError> {
+    let write = access != Access::Read;
     let refused = match write {
         true => FsError::NotPermitted,
         false => FsError::NoData,
@@ -69,6 +82,9 @@ fn check_access(
     match namespace {
         Namespace::Trusted if who.uid != 0 => Err(refused),
         Namespace::Trusted => Ok(()),
+        Namespace::Security if access == Access::DropCapability && who.uid != 0 => {
+            perm::check(data, who, perm::WRITE)
+        }
         Namespace::Security if write && who.uid != 0 => Err(FsError::NotPermitted),
         Namespace::Security => Ok(()),
         Namespace::System => Err(FsError::Unsupported),
@@ -106,7 +122,7 @@ impl Filesystem {
             name: stored.to_vec(),
             value: XattrValue::Local(value.to_vec()),
         };
-        self.change_xattrs(inode, namespace, who, |set, block_size| {
+        self.change_xattrs(inode, namespace, who, Access::Write, |set, block_size| {
             match (set.find(namespace, stored), flags) {
                 (Some(_), XattrFlags::Create) => return Err(FsError::Exists),
                 (None, XattrFlags::Replace) => return Err(FsError::NoData),
@@ -118,11 +134,18 @@ impl Filesystem {
         })
     }
 
-    /// Removes attribute `name` (`NoData` when it does not exist).
+    /// Removes attribute `name` (`NoData` when it does not exist). `security.capability`
+    /// may also go at the request of anyone who may write the file: Linux drops it on every
+    /// write, truncate and chown, asking on the writer's behalf.
     pub fn removexattr(&self, inode: u64, name: &[u8], who: &Credentials) -> Result<(), FsError> {
         self.check_writable()?;
         let (namespace, stored) = parse_name(name)?;
-        self.change_xattrs(inode, namespace, who, |set, block_size| {
+        let killpriv = namespace == Namespace::Security && stored == CAPABILITY;
+        let access = match killpriv {
+            true => Access::DropCapability,
+            false => Access::Write,
+        };
+        self.change_xattrs(inode, namespace, who, access, |set, block_size| {
             let index = set.find(namespace, stored).ok_or(FsError::NoData)?;
             set.remove(index, block_size);
             Ok(())
@@ -134,7 +157,7 @@ impl Filesystem {
         let (namespace, stored) = parse_name(name)?;
         let handle = self.live_inode(inode)?;
         let data = handle.data.lock();
-        check_access(&data, namespace, who, false)?;
+        check_access(&data, namespace, who, Access::Read)?;
         let set = self.read_xattrs(inode, &data)?;
         let index = set.find(namespace, stored).ok_or(FsError::NoData)?;
         match &set.entries[index].value {
@@ -168,11 +191,12 @@ impl Filesystem {
         inode: u64,
         namespace: Namespace,
         who: &Credentials,
+        access: Access,
         change: impl FnOnce(&mut AttrSet, u32) -> Result<(), FsError>,
     ) -> Result<(), FsError> {
         let handle = self.live_inode(inode)?;
         let mut data = handle.data.lock();
-        check_access(&data, namespace, who, true)?;
+        check_access(&data, namespace, who, access)?;
         let mut tx = self.begin(step_reservation(self))?;
         let planned = xattr_store::load(self, &mut tx, inode, &data).and_then(|mut set| {
             change(&mut set, self.geometry.block_size)?;

@@ -20,7 +20,10 @@ impl CairnFs {
             | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_ATOMIC_O_TRUNC
             | InitFlags::FUSE_ASYNC_DIO
-            | InitFlags::FUSE_CACHE_SYMLINKS;
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            // The daemon clears the set-ID bits on write, truncate and chown (the kernel
+            // then skips its per-write security.capability lookup: SB_NOSEC).
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         // The writeback cache lets the kernel own size and mtime and hand us large writes;
         // right for a local filesystem with one daemon. Pointless on a read-only mount.
         if self.settings.writeback_cache && !self.read_only {

@@ -63,7 +63,7 @@ impl fuser::Filesystem for CairnFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -71,7 +71,7 @@ impl fuser::Filesystem for CairnFs {
         reply: ReplyAttr,
     ) {
         let _timer = self.requests.start(Op::Setattr);
-        let changes = set_attr(mode, uid, gid, size, (atime, mtime), ctime);
+        let changes = set_attr(mode, uid, gid, size, (atime, mtime), ctime, fh);
         match self
             .fs
             .setattr(self.inode(ino), &changes, &credentials(req))
@@ -253,18 +253,28 @@ impl fuser::Filesystem for CairnFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let _timer = self.requests.start(Op::Write);
-        match self.fs.write(self.inode(ino), offset, data) {
+        // FUSE_HANDLE_KILLPRIV_V2: the kernel marks writes by a process without
+        // CAP_FSETID, and leaves clearing the set-ID bits to us.
+        let inode = self.inode(ino);
+        let written = match write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            true => {
+                let writer = credentials(req);
+                self.fs.write_clearing_set_id(inode, offset, data, &writer)
+            }
+            false => self.fs.write(inode, offset, data),
+        };
+        match written {
             Ok(written) => reply.written(written),
             Err(error) => reply.error(self.fail(Op::Write, &error)),
         }
@@ -529,7 +539,7 @@ impl fuser::Filesystem for CairnFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -542,7 +552,11 @@ impl fuser::Filesystem for CairnFs {
             reply.error(self.refuse(Op::Fallocate, errno(libc::EOPNOTSUPP)));
             return;
         };
-        match self.fs.fallocate(self.inode(ino), offset, length, mode) {
+        let who = credentials(req);
+        match self
+            .fs
+            .fallocate_by(self.inode(ino), offset, length, mode, &who)
+        {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Fallocate, &error)),
         }

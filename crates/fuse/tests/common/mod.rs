@@ -60,6 +60,13 @@ impl Scratch {
         Scratch { dir }
     }
 
+    /// Lets every user reach the mount point (permission tests act as other users).
+    pub fn share(&self) {
+        use std::os::unix::fs::PermissionsExt;
+        let open = std::fs::Permissions::from_mode(0o755);
+        std::fs::set_permissions(self.dir.path(), open).unwrap();
+    }
+
     pub fn image(&self) -> PathBuf {
         self.dir.path().join("cairn.img")
     }
@@ -238,3 +245,53 @@ pub fn output_text(output: &Output) -> String {
         String::from_utf8_lossy(&output.stderr)
     )
 }
+
+/// The unprivileged user the permission tests act as (nobody).
+pub const NOBODY: u32 = 65534;
+
+/// A Python interpreter every user may run (a per-user one, such as pyenv's under /root,
+/// is out of reach of an unprivileged user).
+pub fn python() -> &'static str {
+    ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|path| Path::new(path).exists())
+        .unwrap_or("python3")
+}
+
+/// Runs `program args` as user and group `id` with no supplementary groups (`setpriv`), or
+/// as root for `None`.
+pub fn run_as(id: Option<u32>, program: &str, args: &[&str]) -> Output {
+    let Some(id) = id else {
+        return run(program, args);
+    };
+    let (uid, gid) = (format!("--reuid={id}"), format!("--regid={id}"));
+    let mut argv = vec![uid.as_str(), gid.as_str(), "--clear-groups", "--", program];
+    argv.extend_from_slice(args);
+    run("setpriv", &argv)
+}
+
+/// Runs a Python `script` with `args` as `id` (root for `None`); panics with its output
+/// unless it succeeds.
+pub fn python_as(id: Option<u32>, script: &str, args: &[&str]) -> String {
+    let mut argv = vec!["-c", script];
+    argv.extend_from_slice(args);
+    let output = run_as(id, python(), &argv);
+    let text = output_text(&output);
+    assert!(output.status.success(), "python as {id:?} failed:\n{text}");
+    text
+}
+
+/// Python helpers the permission scripts share: `fails(call, "EPERM")` asserts that a call
+/// fails with that errno; `mode(path)` is the permission bits.
+pub const PY_PRELUDE: &str = r#"
+import errno, os, stat, sys
+def fails(call, name):
+    try:
+        call()
+    except OSError as e:
+        assert e.errno == getattr(errno, name), f"{call}: {e} (want {name})"
+        return
+    raise AssertionError(f"{call}: succeeded (want {name})")
+def mode(path):
+    return stat.S_IMODE(os.lstat(path).st_mode)
+"#;

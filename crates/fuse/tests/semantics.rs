@@ -1,0 +1,196 @@
+//! Linux semantics through the real kernel FUSE, as root and as an unprivileged user
+//! (nobody, through `setpriv`): the set-ID bits a write clears, chown without a change,
+//! ftruncate on a descriptor, and the setattr permission rules. The expected values are
+//! what kernel XFS does with the same steps.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+
+use common::{Mount, NOBODY, PY_PRELUDE, Scratch, fsck, python_as};
+
+/// A mounted fresh image whose root every user may write (sticky, like /tmp).
+fn shared_mount(scratch: &Scratch) -> Mount {
+    scratch.share();
+    let image = scratch.format("128M");
+    let mount = Mount::new(&image, &scratch.mountpoint(), "allow_other");
+    fs::set_permissions(&mount.mountpoint, fs::Permissions::from_mode(0o1777)).unwrap();
+    mount
+}
+
+/// Runs `script` (after the prelude) with the mount point as its argument.
+fn script_as(id: Option<u32>, mount: &Mount, script: &str) {
+    let script = format!("{PY_PRELUDE}\nd = sys.argv[1]\n{script}");
+    python_as(id, &script, &[mount.mountpoint.to_str().unwrap()]);
+}
+
+fn finish(mount: Mount) {
+    let image = mount.device.clone();
+    mount.unmount();
+    assert_eq!(fsck(&image), 0, "fsck after the test");
+}
+
+// Item 1: a user who may write a set-user-ID / set-group-ID file writes it and the set-ID
+// bits go (setgid also when not group-executable, since the writer is outside the group),
+// and so does a file capability;
+// a truncate and an O_TRUNC open clear them the same way; root's writes keep them, and a
+// chown by root clears them.
+#[test]
+fn writes_by_other_users_clear_set_id_bits() {
+    let scratch = Scratch::new();
+    let mount = shared_mount(&scratch);
+    let setup = r#"
+for name, bits in (("s4777", 0o4777), ("s2777", 0o2777), ("s6777", 0o6777),
+                   ("s2767", 0o2767), ("t4777", 0o4777), ("o6777", 0o6777),
+                   ("r4777", 0o4777), ("c6755", 0o6755), ("c2745", 0o2745)):
+    p = os.path.join(d, name)
+    open(p, "w").close()
+    os.chmod(p, bits)
+# A file capability (VFS_CAP_REVISION_2, effective, CAP_CHOWN permitted): every write drops it.
+p = os.path.join(d, "cap")
+open(p, "w").close()
+os.chmod(p, 0o666)
+os.setxattr(p, "security.capability", (0x02000001).to_bytes(4, "little") + bytes([1]) + bytes(15))
+"#;
+    script_as(None, &mount, setup);
+    let writer = r#"
+p = os.path.join(d, "cap")
+with open(p, "w") as f:
+    f.write("x")
+assert "security.capability" not in os.listxattr(p)
+for name, want in (("s4777", 0o777), ("s2777", 0o777), ("s6777", 0o777), ("s2767", 0o767)):
+    p = os.path.join(d, name)
+    fd = os.open(p, os.O_WRONLY)
+    assert os.write(fd, b"data") == 4
+    os.close(fd)
+    assert mode(p) == want, (name, oct(mode(p)))
+    assert open(p, "rb").read() == b"data"
+os.truncate(os.path.join(d, "t4777"), 1)
+assert mode(os.path.join(d, "t4777")) == 0o777
+os.close(os.open(os.path.join(d, "o6777"), os.O_WRONLY | os.O_TRUNC))
+assert mode(os.path.join(d, "o6777")) == 0o777
+"#;
+    script_as(Some(NOBODY), &mount, writer);
+    let root = r#"
+p = os.path.join(d, "r4777")
+with open(p, "w") as f:
+    f.write("root")
+    f.flush()
+    os.fsync(f.fileno())
+assert mode(p) == 0o4777, oct(mode(p))
+os.chown(os.path.join(d, "c6755"), 0, -1)
+assert mode(os.path.join(d, "c6755")) == 0o755
+os.chown(os.path.join(d, "c2745"), 0, -1)
+assert mode(os.path.join(d, "c2745")) == 0o2745
+"#;
+    script_as(None, &mount, root);
+    finish(mount);
+}
+
+// Item 2: chown(path, -1, -1) and lchown(path, -1, -1) by a user who owns nothing succeed:
+// there is nothing to change, so nothing to refuse. A real change is still refused.
+#[test]
+fn chown_without_a_change_needs_no_ownership() {
+    let scratch = Scratch::new();
+    let mount = shared_mount(&scratch);
+    script_as(
+        None,
+        &mount,
+        "open(os.path.join(d, 'f'), 'w').close(); os.symlink('f', os.path.join(d, 'l'))",
+    );
+    let other = r#"
+os.chown(os.path.join(d, "f"), -1, -1)
+os.lchown(os.path.join(d, "l"), -1, -1)
+os.lchown(os.path.join(d, "f"), -1, -1)
+fails(lambda: os.chown(os.path.join(d, "f"), 65534, -1), "EPERM")
+fails(lambda: os.chown(os.path.join(d, "f"), -1, 65534), "EPERM")
+"#;
+    script_as(Some(NOBODY), &mount, other);
+    script_as(None, &mount, "os.chown(os.path.join(d, 'f'), -1, -1)");
+    finish(mount);
+}
+
+// Item 3: ftruncate is checked against how the descriptor was opened, not the mode: a file
+// created O_RDWR with mode 0 can be written and truncated through that descriptor, while
+// a new open of it is refused.
+#[test]
+fn ftruncate_follows_the_open_descriptor() {
+    let scratch = Scratch::new();
+    let mount = shared_mount(&scratch);
+    let script = r#"
+p = os.path.join(d, "mine-%d" % os.getuid())
+fd = os.open(p, os.O_CREAT | os.O_RDWR | os.O_EXCL, 0)
+assert mode(p) == 0
+assert os.write(fd, b"0123456789") == 10
+os.ftruncate(fd, 4)
+assert os.fstat(fd).st_size == 4
+os.ftruncate(fd, 0)
+assert os.fstat(fd).st_size == 0
+os.ftruncate(fd, 8192)
+assert os.fstat(fd).st_size == 8192
+os.close(fd)
+if os.getuid() != 0:
+    fails(lambda: os.open(p, os.O_RDWR), "EACCES")
+    fails(lambda: os.truncate(p, 0), "EACCES")
+"#;
+    script_as(Some(NOBODY), &mount, script);
+    script_as(None, &mount, script);
+    finish(mount);
+}
+
+// Item 4: the setattr rules for a user who does not own the file. Times set to now need
+// only write permission; explicit times, chmod and chown need ownership. The owner may
+// change the group only to one of its groups, and its chmod drops setgid when it is not in
+// the file's group. Root may do all of it.
+#[test]
+fn setattr_rules_for_owners_and_others() {
+    let scratch = Scratch::new();
+    let mount = shared_mount(&scratch);
+    let setup = r#"
+for name, bits in (("shared", 0o666), ("readonly", 0o644)):
+    p = os.path.join(d, name)
+    open(p, "w").close()
+    os.chmod(p, bits)
+    os.utime(p, (1000, 1000))
+p = os.path.join(d, "given")
+open(p, "w").close()
+os.chown(p, 65534, 0)
+"#;
+    script_as(None, &mount, setup);
+    let other = r#"
+shared, readonly, given = (os.path.join(d, n) for n in ("shared", "readonly", "given"))
+os.utime(shared)
+assert os.stat(shared).st_mtime > 1000
+fails(lambda: os.utime(shared, (5, 5)), "EPERM")
+fails(lambda: os.utime(readonly), "EACCES")
+fails(lambda: os.utime(readonly, (5, 5)), "EPERM")
+fails(lambda: os.chmod(shared, 0o777), "EPERM")
+fails(lambda: os.chown(shared, 65534, -1), "EPERM")
+fails(lambda: os.truncate(readonly, 0), "EACCES")
+os.truncate(shared, 3)
+assert os.stat(shared).st_size == 3
+# The owner of "given" is outside its group 0: chgrp to 0 is no change, to 1 is refused,
+# and its setgid request is dropped.
+os.chown(given, -1, 0)
+fails(lambda: os.chown(given, -1, 1), "EPERM")
+os.chmod(given, 0o2755)
+assert mode(given) == 0o755, oct(mode(given))
+os.utime(given, (7, 7))
+assert os.stat(given).st_mtime == 7
+"#;
+    script_as(Some(NOBODY), &mount, other);
+    let root = r#"
+readonly, given = (os.path.join(d, n) for n in ("readonly", "given"))
+os.utime(readonly, (5, 5))
+assert os.stat(readonly).st_mtime == 5
+os.chmod(given, 0o2755)
+assert mode(given) == 0o2755
+os.chown(given, 1, 1)
+assert (os.stat(given).st_uid, os.stat(given).st_gid) == (1, 1)
+"#;
+    script_as(None, &mount, root);
+    finish(mount);
+}
+
