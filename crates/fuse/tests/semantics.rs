@@ -8,6 +8,7 @@ mod common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
 
 use common::{Mount, NOBODY, PY_PRELUDE, Scratch, fsck, python_as};
 
@@ -192,5 +193,47 @@ assert (os.stat(given).st_uid, os.stat(given).st_gid) == (1, 1)
 "#;
     script_as(None, &mount, root);
     finish(mount);
+}
+
+// Item 6: later mount options override earlier ones, across -o arguments too (what mount(8)
+// hands over for an fstab line with suid and a command line with nosuid); an unknown
+// option is still refused, naming it.
+#[test]
+fn later_mount_options_override_earlier_ones() {
+    let scratch = Scratch::new();
+    let image = scratch.format("64M");
+    let mnt = scratch.mountpoint();
+    let output = Command::new(common::cairn_bin())
+        .args([
+            "-o",
+            "allow_other,default_permissions,dev,suid,exec",
+            "-o",
+            "nosuid,noexec",
+        ])
+        .arg(&image)
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", common::output_text(&output));
+    let mount = Mount::adopt(&image, &mnt);
+    let flags = common::mount_flags(&mnt);
+    for (present, absent) in [
+        ("nosuid", "suid"),
+        ("noexec", "exec"),
+        ("allow_other", "nodev"),
+    ] {
+        assert!(
+            flags.iter().any(|f| f == present),
+            "{present} not in {flags:?}"
+        );
+        assert!(!flags.iter().any(|f| f == absent), "{absent} in {flags:?}");
+    }
+    mount.unmount();
+    let output = Mount::try_mount(&image, &mnt, "suid,nosuid,frobnicate");
+    assert!(!output.status.success());
+    let text = common::output_text(&output);
+    assert!(text.contains("unknown mount option 'frobnicate'"), "{text}");
+    assert!(!common::is_mounted(&mnt));
+    assert_eq!(fsck(&image), 0);
 }
 

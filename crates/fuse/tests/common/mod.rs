@@ -128,6 +128,19 @@ pub fn is_mounted(path: &Path) -> bool {
         .any(|line| line.split(' ').nth(1) == Some(path))
 }
 
+/// The options /proc/self/mounts shows for the mount at `path`.
+pub fn mount_flags(path: &Path) -> Vec<String> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let path = path.to_str().unwrap();
+    mounts
+        .lines()
+        .filter(|line| line.split(' ').nth(1) == Some(path))
+        .filter_map(|line| line.split(' ').nth(3))
+        .next_back()
+        .map(|options| options.split(',').map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
 /// Waits for `pid` to exit; returns whether it did in time.
 pub fn wait_exit(pid: u32, limit: Duration) -> bool {
     let start = Instant::now();
