@@ -23,7 +23,10 @@ impl CairnFs {
             | InitFlags::FUSE_CACHE_SYMLINKS
             // The daemon clears the set-ID bits on write, truncate and chown (the kernel
             // then skips its per-write security.capability lookup: SB_NOSEC).
-            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+            // O_DIRECT opens (FOPEN_DIRECT_IO) may be mapped too; the kernel writes back
+            // and drops cached pages around direct I/O to keep the two coherent.
+            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         // The writeback cache lets the kernel own size and mtime and hand us large writes;
         // right for a local filesystem with one daemon. Pointless on a read-only mount.
         if self.settings.writeback_cache && !self.read_only {
