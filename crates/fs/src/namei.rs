@@ -40,13 +40,33 @@ pub(crate) struct NewInode<'a> {
 }
 
 impl Filesystem {
-    /// Looks up `name` in `parent` and takes one lookup reference on the result.
+    /// Looks up `name` in `parent` and takes one lookup reference on the result. "." names
+    /// `parent` itself, whatever its type (see `lookup_inode`).
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
         Self::count(&self.counters.lookups, 1);
         if name.len() > NAME_LEN_MAX {
             return Err(FsError::NameTooLong);
         }
+        if name == b"." {
+            return self.lookup_inode(parent);
+        }
         let number = self.lookup_number(parent, name)?;
+        let inode = self.live_inode(number)?;
+        let mut data = inode.data.lock();
+        data.lookups += 1;
+        Ok(data.attr(number, self.geometry.block_size))
+    }
+
+    /// Takes a lookup reference on inode `number` itself: how the kernel finds an inode
+    /// from a file handle (NFS export, `open_by_handle_at`) once it has forgotten it. The
+    /// number is untrusted, so one the inode trees do not show allocated is `NotFound` (the
+    /// kernel answers ESTALE) before anything reads its cluster; the caller compares the
+    /// generation, which every reuse of the number changes.
+    pub fn lookup_inode(&self, number: u64) -> Result<Attr, FsError> {
+        let known = self.inodes.cached(number).is_some();
+        if !known && !ialloc::inode_in_use(self, number)? {
+            return Err(FsError::NotFound);
+        }
         let inode = self.live_inode(number)?;
         let mut data = inode.data.lock();
         data.lookups += 1;

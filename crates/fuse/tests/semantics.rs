@@ -309,3 +309,95 @@ with open(p + ".model", "wb") as f:
     }
     mount.unmount();
 }
+
+/// Python helpers for file handles: `handle(path)` is the bytes of name_to_handle_at's
+/// handle, `open_handle(mount_fd, raw, flags)` opens one (open_by_handle_at).
+const PY_HANDLES: &str = r#"
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+class FileHandle(ctypes.Structure):
+    _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int),
+                ("f_handle", ctypes.c_ubyte * 128)]
+def handle(path):
+    fh, mount_id = FileHandle(), ctypes.c_int()
+    fh.handle_bytes = 128
+    if libc.name_to_handle_at(-100, path.encode(), ctypes.byref(fh), ctypes.byref(mount_id), 0):
+        raise OSError(ctypes.get_errno(), "name_to_handle_at " + path)
+    return bytes(fh)
+def open_handle(mount_fd, raw, flags=os.O_RDONLY):
+    fd = libc.open_by_handle_at(mount_fd, ctypes.byref(FileHandle.from_buffer_copy(raw)), flags)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "open_by_handle_at")
+    return fd
+def read_handle(mount_fd, raw):
+    fd = open_handle(mount_fd, raw)
+    try:
+        return os.read(fd, 100)
+    finally:
+        os.close(fd)
+def drop_inodes():
+    # Only dentries and inodes (2): the kernel forgets every unused cairn inode.
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("2")
+"#;
+
+// Item 8: name_to_handle_at / open_by_handle_at, on files and directories, while the kernel
+// caches the inode, after it dropped it, and after a remount (FUSE_EXPORT_SUPPORT: the
+// kernel looks up "." by node id). A handle of a deleted inode is ESTALE, and stays so once
+// the inode number is reused (the generation changed).
+#[test]
+fn file_handles_outlive_the_kernels_inodes() {
+    let scratch = Scratch::new();
+    let mount = shared_mount(&scratch);
+    let first = r#"
+os.mkdir(os.path.join(d, "dir"))
+for name in ("keep", "gone", "dir/inner"):
+    with open(os.path.join(d, name), "w") as f:
+        f.write(name)
+mount_fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+handles = {name: handle(os.path.join(d, name)) for name in ("keep", "gone", "dir", "dir/inner")}
+assert read_handle(mount_fd, handles["keep"]) == b"keep"
+drop_inodes()
+assert read_handle(mount_fd, handles["dir/inner"]) == b"dir/inner"
+dir_fd = open_handle(mount_fd, handles["dir"], os.O_RDONLY | os.O_DIRECTORY)
+assert os.listdir(dir_fd) == ["inner"]
+assert open(os.path.join("/proc/self/fd", str(dir_fd), "inner")).read() == "dir/inner"
+os.close(dir_fd)
+number = os.stat(os.path.join(d, "gone")).st_ino
+os.unlink(os.path.join(d, "gone"))
+fails(lambda: read_handle(mount_fd, handles["gone"]), "ESTALE")
+drop_inodes()
+fails(lambda: read_handle(mount_fd, handles["gone"]), "ESTALE")
+reused = False
+for i in range(64):
+    p = os.path.join(d, "new%d" % i)
+    open(p, "w").close()
+    reused = reused or os.stat(p).st_ino == number
+assert reused, "no new file took the deleted inode's number"
+fails(lambda: read_handle(mount_fd, handles["gone"]), "ESTALE")
+drop_inodes()
+fails(lambda: read_handle(mount_fd, handles["gone"]), "ESTALE")
+with open(os.path.join(d, "handles"), "wb") as f:
+    for name in ("keep", "gone", "dir", "dir/inner"):
+        f.write(handles[name])
+"#;
+    script_as(None, &mount, &format!("{PY_HANDLES}\n{first}"));
+    let (image, mnt) = (mount.device.clone(), mount.mountpoint.clone());
+    mount.unmount();
+    assert_eq!(fsck(&image), 0);
+    let mount = Mount::new(&image, &mnt, "");
+    let second = r#"
+raw = open(os.path.join(d, "handles"), "rb").read()
+size = len(raw) // 4
+keep, gone, folder, inner = (raw[i * size:(i + 1) * size] for i in range(4))
+mount_fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+assert read_handle(mount_fd, inner) == b"dir/inner"
+assert read_handle(mount_fd, keep) == b"keep"
+fails(lambda: read_handle(mount_fd, gone), "ESTALE")
+dir_fd = open_handle(mount_fd, folder, os.O_RDONLY | os.O_DIRECTORY)
+assert os.listdir(dir_fd) == ["inner"]
+os.close(dir_fd)
+"#;
+    script_as(None, &mount, &format!("{PY_HANDLES}\n{second}"));
+    finish(mount);
+}

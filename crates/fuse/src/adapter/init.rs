@@ -26,7 +26,10 @@ impl CairnFs {
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2
             // O_DIRECT opens (FOPEN_DIRECT_IO) may be mapped too; the kernel writes back
             // and drops cached pages around direct I/O to keep the two coherent.
-            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP
+            // File handles (NFS export, open_by_handle_at) outlive the kernel's inode: it
+            // then looks up "." by node id, and ".." to reconnect directories.
+            | InitFlags::FUSE_EXPORT_SUPPORT;
         // The writeback cache lets the kernel own size and mtime and hand us large writes;
         // right for a local filesystem with one daemon. Pointless on a read-only mount.
         if self.settings.writeback_cache && !self.read_only {
