@@ -9,6 +9,7 @@
 //! - every metadata block starts with `MetaHeader` (magic, CRC32C, own block, UUID, owner,
 //!   LSN); `verify_header` checks them in that order, `stamp` sets LSN and CRC last.
 
+pub mod acl;
 pub mod agf;
 pub mod agfl;
 pub mod agi;

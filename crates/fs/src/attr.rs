@@ -21,9 +21,24 @@ impl Filesystem {
         self.check_writable()?;
         let handle = self.live_inode(inode)?;
         let through_writable = changes.file.is_some_and(handle_is_writable);
-        check_setattr(&handle.data.lock(), changes, who, through_writable)?;
+        let access_acl = {
+            let data = handle.data.lock();
+            let write = match through_writable {
+                true => Ok(()),
+                false => self.permission(inode, &data, who, perm::WRITE),
+            };
+            check_setattr(&data, changes, who, write)?;
+            match changes.mode {
+                Some(_) => self.acls(inode, &data)?.access,
+                None => None,
+            }
+        };
         if let Some(size) = changes.size {
             self.truncate(inode, size)?;
+        }
+        if let Some(acl) = access_acl {
+            self.chmod_with_acl(inode, &acl, |data| apply(data, changes, who))?;
+            return self.getattr(inode);
         }
         let mut data = handle.data.lock();
         apply(&mut data, changes, who);
@@ -58,7 +73,7 @@ impl Filesystem {
                     perm::READ | perm::WRITE
                 };
             }
-            perm::check(&data, who, mask)?;
+            self.permission(inode, &data, who, mask)?;
         }
         if truncate {
             self.truncate_on_open(inode, &handle, who)?;
@@ -123,14 +138,15 @@ fn handle_is_writable(handle: u64) -> bool {
 /// kernel owns them), the set-ID bits it clears for a writer, and ctime, which only the
 /// kernel ever stamps. Through FUSE the kernel has already refused what a caller may not do
 /// (the mount always has `default_permissions`); these checks keep the library honest.
+/// `write` is whether the caller may write the inode, or came through a writable handle.
 fn check_setattr(
     data: &InodeData,
     changes: &SetAttr,
     who: &Credentials,
-    through_writable: bool,
+    write: Result<(), FsError>,
 ) -> Result<(), FsError> {
     let owner = perm::is_owner(data, who);
-    let may_write = || through_writable || perm::check(data, who, perm::WRITE).is_ok();
+    let may_write = || write.is_ok();
     if let Some(mode) = changes.mode
         && !owner
         && !(perm::only_clears_set_id(data, mode) && may_write())
@@ -158,9 +174,7 @@ fn check_setattr(
         if data.is_dir() {
             return Err(FsError::IsDirectory);
         }
-        if !through_writable {
-            perm::check(data, who, perm::WRITE)?;
-        }
+        write?;
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! Permission checks (POSIX owner/group/other bits, root bypass) and the setuid/setgid rules.
 
+use cairn_format::acl::Acl;
 use cairn_format::inode::FileType;
 
 use crate::FsError;
@@ -15,16 +16,30 @@ const SETGID: u16 = 0o2000;
 const STICKY: u16 = 0o1000;
 const GROUP_EXECUTE: u16 = 0o010;
 
-/// Checks that `who` may access `data` with `mask` (R=4, W=2, X=1).
-pub(crate) fn check(data: &InodeData, who: &Credentials, mask: u32) -> Result<(), FsError> {
+/// Checks that `who` may access `data` with `mask` (R=4, W=2, X=1), as Linux's
+/// `generic_permission`: root may do anything but execute a file nobody may execute; the
+/// owner gets the owner bits; others go through the access ACL `acl` when the inode has one
+/// and its group bits (the ACL's mask) are not empty, else the group or other bits. `acl`
+/// must be the inode's access ACL whenever `needs_acl` says so.
+pub(crate) fn check(
+    data: &InodeData,
+    acl: Option<&Acl>,
+    who: &Credentials,
+    mask: u32,
+) -> Result<(), FsError> {
     let mode = u32::from(data.core.mode);
     if who.uid == 0 {
-        // Root may do anything but execute a file nobody may execute.
         let any_exec = mode & 0o111 != 0 || data.file_type() == Some(FileType::Directory);
         return match mask & EXECUTE == 0 || any_exec {
             true => Ok(()),
             false => Err(FsError::PermissionDenied),
         };
+    }
+    if who.uid != data.core.uid
+        && mode & 0o070 != 0
+        && let Some(acl) = acl
+    {
+        return crate::acl::permission(acl, data.core.gid, who, mask);
     }
     let bits = if who.uid == data.core.uid {
         (mode >> 6) & 7
@@ -37,6 +52,15 @@ pub(crate) fn check(data: &InodeData, who: &Credentials, mask: u32) -> Result<()
         true => Ok(()),
         false => Err(FsError::PermissionDenied),
     }
+}
+
+/// Whether a check by `who` on `data` consults the access ACL: callers other than root and
+/// the owner, on an inode with an attr fork (where an ACL may be) and group bits.
+pub(crate) fn needs_acl(data: &InodeData, who: &Credentials) -> bool {
+    who.uid != 0
+        && who.uid != data.core.uid
+        && data.core.mode & 0o070 != 0
+        && data.core.attr_format.is_some()
 }
 
 /// Whether `who` owns the inode (or is root).

@@ -8,7 +8,7 @@ use cairn_journal::Reservation;
 
 use crate::fs::Filesystem;
 use crate::inode::{Inode, now};
-use crate::namei::{check_dir_writable, valid_name};
+use crate::namei::valid_name;
 use crate::types::Credentials;
 use crate::{FsError, dir, perm, unlinked};
 
@@ -41,7 +41,7 @@ impl Filesystem {
         Self::count(&self.counters.removes, 1);
         let dir_inode = self.live_inode(parent)?;
         let mut dir_data = dir_inode.data.lock();
-        check_dir_writable(&dir_data, who)?;
+        self.check_dir_writable(parent, &dir_data, who)?;
         let mut tx = self.begin(Reservation::remove(&self.geometry))?;
         let found = dir::lookup(self, &mut tx, &dir_data, name)?;
         let Some(found) = found else {

@@ -53,6 +53,10 @@ pub struct Credentials {
     pub uid: u32,
     pub gid: u32,
     pub groups: Vec<u32>,
+    /// The caller's file mode creation mask: `create` and `mkdir` apply it to
+    /// the requested mode unless the parent directory has a default ACL, which then decides
+    /// instead (POSIX). 0 leaves modes as given.
+    pub umask: u16,
 }
 
 impl Credentials {

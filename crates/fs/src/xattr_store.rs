@@ -22,6 +22,7 @@ use cairn_alloc::Request;
 use cairn_blockdev::AlignedBuf;
 use cairn_btree::Buffers;
 use cairn_bufcache::{HeaderOps, ReadSpec};
+use cairn_format::acl::{ACL_ACCESS_NAME, ACL_DEFAULT_NAME};
 use cairn_format::dir::name_hash;
 use cairn_format::inode::{
     BmapRoot, ForkFormat, INODE_CORE_SIZE, fork_extents, literal_bytes, put_fork_extents,
@@ -555,5 +556,76 @@ pub(crate) fn free_all(fs: &Filesystem, number: u64, data: &mut InodeData) -> Re
             free_unused(fs, unused)?;
         }
     }
+    Ok(())
+}
+
+/// Stores the POSIX ACLs a new inode inherits (see `Filesystem::inherited`) in its empty
+/// attr fork, inside the create transaction `tx`.
+pub(crate) fn store_new(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    number: u64,
+    data: &mut InodeData,
+    inherited: &crate::namei::Inherited,
+) -> Result<(), FsError> {
+    let encode = |acl: &cairn_format::acl::Acl| {
+        acl.encode()
+            .map_err(|e| FsError::corrupt("POSIX ACL", number, e.to_string()))
+    };
+    let mut set = AttrSet::default();
+    let lists = [
+        (ACL_ACCESS_NAME, inherited.access.as_ref()),
+        (ACL_DEFAULT_NAME, inherited.default.as_deref()),
+    ];
+    for (name, acl) in lists {
+        if let Some(acl) = acl {
+            set.entries.push(XattrLeafEntry {
+                namespace: Namespace::System,
+                name: name.to_vec(),
+                value: XattrValue::Local(encode(acl)?),
+            });
+        }
+    }
+    if set.entries.is_empty() {
+        return Ok(());
+    }
+    let layout = plan(fs, number, data, &set)?;
+    let unused = store(fs, tx, number, data, set, layout)?;
+    debug_assert!(unused.is_none(), "a new inode had attribute blocks");
+    Ok(())
+}
+
+/// Frees, inside `tx`, every block of the attr fork of an inode being freed again in the
+/// transaction that made it (a create that failed after `store_new`), and drops the fork.
+pub(crate) fn release_new(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    number: u64,
+    data: &mut InodeData,
+) -> Result<(), FsError> {
+    if data.core.attr_format.is_none() {
+        return Ok(());
+    }
+    let mut set = load(fs, tx, number, data)?;
+    let mut blocks = Vec::new();
+    if let Some(leaf) = set.leaf.take() {
+        // Freed metadata: no image of it may reach its home.
+        tx.invalidate(leaf, &spec(fs, number))?;
+        blocks.push((leaf, 1));
+    }
+    for entry in &set.entries {
+        if let XattrValue::Remote { block, length } = entry.value {
+            blocks.push((block, remote_blocks(fs, length)));
+        }
+    }
+    let sequence = free_sequence(&fs.journal);
+    blocks.sort_by_key(|&(start, _)| start.0);
+    for &(start, length) in &blocks {
+        let log = JournalLog(&fs.journal);
+        fs.alloc.free(tx, &log, start, length, sequence)?;
+        data.core.block_count = data.core.block_count.saturating_sub(u64::from(length));
+    }
+    let image = literal_image(number, data, None)?;
+    install(data, &image, None);
     Ok(())
 }

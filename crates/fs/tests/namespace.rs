@@ -375,9 +375,9 @@ fn inodes_by_number_for_file_handles() {
     assert_eq!(fs.lookup_inode(dir).unwrap().inode, dir);
     fs.forget(dir, 1);
     fs.unlink(dir, b"f", &root()).unwrap();
-    // Unlinked but still referenced, it is still there (as on XFS); freed, it is gone.
-    assert_eq!(fs.lookup_inode(f).unwrap().nlink, 0);
-    fs.forget(f, 4);
+    // Unlinked, it is gone for handles even while references wait to be dropped.
+    assert!(matches!(fs.lookup_inode(f), Err(FsError::NotFound)));
+    fs.forget(f, 3);
     assert!(matches!(fs.lookup_inode(f), Err(FsError::NotFound)));
     let again = fs
         .create(dir, b"again", FileKind::Regular, 0o644, 0, &root())

@@ -233,6 +233,7 @@ fn owner_only_changes() {
         uid: 1000,
         gid: 1000,
         groups: vec![50],
+        umask: 0,
     };
     let bob = user(1001);
     let dir = fs.mkdir(top, b"d", 0o777, &root()).unwrap().inode;

@@ -256,8 +256,9 @@ fn namespace_and_permission_rules() {
     assert!(matches!(bad(b"other.x", 1), Err(FsError::Unsupported)));
     assert!(matches!(
         bad(b"system.posix_acl_access", 1),
-        Err(FsError::Unsupported)
+        Err(FsError::InvalidArgument(_))
     ));
+    assert!(matches!(bad(b"system.other", 1), Err(FsError::Unsupported)));
     assert!(matches!(bad(b"user.", 1), Err(FsError::InvalidArgument(_))));
     assert!(matches!(bad(&[b'u'; 256], 1), Err(FsError::Range)));
     let long: Vec<u8> = [&b"user."[..], &[b'n'; 250]].concat();

@@ -2,10 +2,12 @@
 //! leaf block at attr block 0, which is read, verified (kind, own address, owner = the inode,
 //! UUID, CRC) and decoded, and its remote values' blocks checked against the device's end.
 //! The leaf and remote blocks are claimed; their number is the attr fork's share of the
-//! inode's block count.
+//! inode's block count. Attributes of the System namespace must be valid POSIX ACLs
+//! (`system.posix_acl_access`, and `system.posix_acl_default` on directories only).
 
-use cairn_format::inode::{ForkFormat, InodeCore, fork_extents};
-use cairn_format::xattr::{XattrLeaf, XattrValue, decode_shortform_xattrs};
+use cairn_format::acl::{ACL_ACCESS_NAME, ACL_DEFAULT_NAME, Acl};
+use cairn_format::inode::{FileType, ForkFormat, InodeCore, fork_extents};
+use cairn_format::xattr::{Namespace, XattrLeaf, XattrValue, decode_shortform_xattrs};
 use cairn_format::{Expected, FsBlock, InodeNumber, MetaKind, verify_header};
 
 use crate::check::Checker;
@@ -34,8 +36,13 @@ impl Checker<'_> {
         let fork = &raw[range];
         match core.attr_format {
             Some(ForkFormat::Local) => {
-                if let Err(err) = decode_shortform_xattrs(fork) {
-                    self.attr_problem(number, None, err.to_string());
+                match decode_shortform_xattrs(fork) {
+                    Ok(attrs) => {
+                        for attr in attrs.iter().filter(|a| a.namespace == Namespace::System) {
+                            self.check_system_attr(number, None, &attr.name, &attr.value, core);
+                        }
+                    }
+                    Err(err) => self.attr_problem(number, None, err.to_string()),
                 }
                 0
             }
@@ -92,8 +99,14 @@ impl Checker<'_> {
         let mut blocks = 1;
         let block_size = self.geometry.block_size;
         for entry in &decoded.entries {
-            let XattrValue::Remote { block, length } = entry.value else {
-                continue;
+            let system = entry.namespace == Namespace::System;
+            let (block, length) = match &entry.value {
+                XattrValue::Local(value) if system => {
+                    self.check_system_attr(number, Some(leaf), &entry.name, value, core);
+                    continue;
+                }
+                XattrValue::Local(_) => continue,
+                XattrValue::Remote { block, length } => (*block, *length),
             };
             let count = u64::from(length.div_ceil(block_size).max(1));
             if block.0.saturating_add(count) > self.geometry.block_count {
@@ -103,8 +116,37 @@ impl Checker<'_> {
             }
             self.claim_for(number.0, block.0, count, "xattr value");
             blocks += count;
+            if system && let Some(raw) = self.read_blocks(block, count as u32, "xattr value") {
+                let value = &raw[..length as usize];
+                self.check_system_attr(number, Some(leaf), &entry.name, value, core);
+            }
         }
         blocks
+    }
+
+    /// An attribute of the System namespace must be a POSIX ACL: `posix_acl_access`, or
+    /// `posix_acl_default` on a directory, holding a valid list.
+    fn check_system_attr(
+        &mut self,
+        number: InodeNumber,
+        block: Option<u64>,
+        name: &[u8],
+        value: &[u8],
+        core: &InodeCore,
+    ) {
+        let shown = String::from_utf8_lossy(name).into_owned();
+        let is_dir = core.file_type() == Some(FileType::Directory);
+        let message = if name == ACL_DEFAULT_NAME && !is_dir {
+            "a default ACL on something other than a directory".to_string()
+        } else if name != ACL_ACCESS_NAME && name != ACL_DEFAULT_NAME {
+            "not a POSIX ACL name".to_string()
+        } else {
+            match Acl::decode(value) {
+                Ok(_) => return,
+                Err(err) => err.to_string(),
+            }
+        };
+        self.attr_problem(number, block, format!("system.{shown}: {message}"));
     }
 
     /// An inode whose data fork holds no blocks (Local or Device) counts its attr blocks only.

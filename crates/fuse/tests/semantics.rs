@@ -10,7 +10,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-use common::{Mount, NOBODY, PY_PRELUDE, Scratch, fsck, python_as};
+use common::{Mount, NOBODY, PY_PRELUDE, Scratch, fsck, python_as, sh_as};
 
 /// A mounted fresh image whose root every user may write (sticky, like /tmp).
 fn shared_mount(scratch: &Scratch) -> Mount {
@@ -399,5 +399,107 @@ assert os.listdir(dir_fd) == ["inner"]
 os.close(dir_fd)
 "#;
     script_as(None, &mount, &format!("{PY_HANDLES}\n{second}"));
+    finish(mount);
+}
+
+// Item 9: the creation time is stored in the inode when the file is made, stays through
+// writes, chmod and rename, and `cairn-db inode` shows it. (statx cannot report it: fuser
+// 0.18 has no FUSE_STATX request; see docs/fuse.md.)
+#[test]
+fn birth_time_is_stored_and_shown() {
+    let scratch = Scratch::new();
+    let mount = shared_mount(&scratch);
+    let now = || {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        since.unwrap().as_secs()
+    };
+    let before = now();
+    fs::write(mount.path("born"), b"x").unwrap();
+    let after = now();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    fs::write(mount.path("born"), b"changed").unwrap();
+    fs::set_permissions(mount.path("born"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::rename(mount.path("born"), mount.path("renamed")).unwrap();
+    let number = std::os::unix::fs::MetadataExt::ino(&fs::metadata(mount.path("renamed")).unwrap());
+    let image = mount.device.clone();
+    finish(mount);
+    let device = cairn_fsck::snoop::SnoopDevice::open(&image).unwrap();
+    let command = cairn_fsck::db::DbCommand::Inode { number };
+    let text = cairn_fsck::db::run(&device, &command).unwrap();
+    let btime = text
+        .split("btime: Timestamp {")
+        .nth(1)
+        .expect("no btime shown");
+    let seconds: u64 = btime
+        .split("seconds: ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no btime seconds in:\n{text}"));
+    assert!(
+        (before..=after).contains(&seconds),
+        "btime {seconds} not in {before}..={after}"
+    );
+}
+
+// Item 10: POSIX ACLs through the kernel (FUSE_POSIX_ACL), set with setfacl by root and by
+// an unprivileged owner: a named user may write what the mode alone forbids; chmod narrows
+// the mask; a default ACL is inherited by new files and directories, masks the create mode
+// and replaces the umask; cp -a, tar --acls and rsync -A carry the lists; all of it
+// survives a remount.
+#[test]
+fn posix_acls_are_enforced_and_inherited() {
+    let scratch = Scratch::new();
+    let mount = shared_mount(&scratch);
+    let mnt = mount.mountpoint.clone();
+    let (nobody, other, stranger) = (Some(NOBODY), Some(1234), Some(1235));
+    sh_as(None, &mnt, "echo data > f; chmod 600 f");
+    sh_as(nobody, &mnt, "! echo x >> f 2>/dev/null");
+    sh_as(None, &mnt, "setfacl -m u:65534:rw f");
+    sh_as(nobody, &mnt, "echo nobody >> f");
+    let acl = sh_as(nobody, &mnt, "getfacl -n f");
+    assert!(
+        acl.contains("user:65534:rw-") && acl.contains("mask::rw-"),
+        "{acl}"
+    );
+    sh_as(None, &mnt, "chmod 640 f");
+    sh_as(
+        nobody,
+        &mnt,
+        "! echo x >> f 2>/dev/null; test \"$(cat f)\" = \"$(printf 'data\\nnobody')\"",
+    );
+    assert!(sh_as(None, &mnt, "getfacl -n f").contains("mask::r--"));
+    // Nobody owns d and gives uid 1234 a default ACL; its umask 077 does not apply below.
+    let setup = "mkdir d && setfacl -d -m u:1234:rwx,g::r-x,o::--- d && umask 077 && \
+                 echo made > d/file && mkdir d/sub && echo deeper > d/sub/file && \
+                 stat -c %a d/file d/sub";
+    assert_eq!(sh_as(nobody, &mnt, setup), "660\n770\n");
+    assert!(sh_as(nobody, &mnt, "getfacl -n d/file").contains("user:1234:rwx\t#effective:rw-"));
+    assert!(sh_as(nobody, &mnt, "getfacl -n d/sub").contains("default:user:1234:rwx"));
+    // uid 1234 made d/sub/new: its ACL gives nobody (neither owner nor named) nothing.
+    sh_as(
+        other,
+        &mnt,
+        "echo other >> d/file && echo other >> d/sub/file && touch d/sub/new",
+    );
+    sh_as(nobody, &mnt, "! cat d/sub/new 2>/dev/null");
+    sh_as(
+        stranger,
+        &mnt,
+        "! cat d/file 2>/dev/null && ! touch d/x 2>/dev/null",
+    );
+    let carried = "cp -a d copy && tar --acls -cf d.tar d && mkdir untar && \
+                   tar --acls -xf d.tar -C untar && rsync -aA d/ synced/ && \
+                   for t in copy untar/d synced; do \
+                     test \"$(getfacl -n d/file | tail -n +2)\" = \"$(getfacl -n $t/file | tail -n +2)\"; \
+                     test \"$(getfacl -n d/sub | tail -n +2)\" = \"$(getfacl -n $t/sub | tail -n +2)\"; \
+                   done";
+    sh_as(None, &mnt, carried);
+    let (image, before) = (mount.device.clone(), sh_as(None, &mnt, "getfacl -nR d f"));
+    mount.unmount();
+    assert_eq!(fsck(&image), 0);
+    let mount = Mount::new(&image, &mnt, "allow_other");
+    assert_eq!(sh_as(None, &mnt, "getfacl -nR d f"), before);
+    sh_as(other, &mnt, "echo again >> d/file");
     finish(mount);
 }

@@ -29,7 +29,12 @@ impl CairnFs {
             | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP
             // File handles (NFS export, open_by_handle_at) outlive the kernel's inode: it
             // then looks up "." by node id, and ".." to reconnect directories.
-            | InitFlags::FUSE_EXPORT_SUPPORT;
+            | InitFlags::FUSE_EXPORT_SUPPORT
+            // POSIX ACLs: the kernel enforces them from system.posix_acl_access (which it
+            // caches), and leaves the umask to us (DONT_MASK), since a default ACL on the
+            // parent replaces it.
+            | InitFlags::FUSE_POSIX_ACL
+            | InitFlags::FUSE_DONT_MASK;
         // The writeback cache lets the kernel own size and mtime and hand us large writes;
         // right for a local filesystem with one daemon. Pointless on a read-only mount.
         if self.settings.writeback_cache && !self.read_only {

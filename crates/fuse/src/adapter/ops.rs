@@ -17,7 +17,9 @@ use super::CairnFs;
 use super::file::{copy_range, fallocate_mode, fopen_flags, open_mode, seek_kind};
 use super::node::{rename_mode, set_attr};
 use super::xattr::{is_reserved, name_list, reply_value, xattr_flags};
-use crate::convert::{credentials, kind_of_mode, name_bytes, permission_bits};
+use crate::convert::{
+    credentials, credentials_with_umask, kind_of_mode, name_bytes, permission_bits,
+};
 use crate::stats::Op;
 
 fn errno(code: i32) -> Errno {
@@ -95,7 +97,7 @@ impl fuser::Filesystem for CairnFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
@@ -105,7 +107,8 @@ impl fuser::Filesystem for CairnFs {
             return;
         };
         let parent = self.inode(parent);
-        let (name, bits, who) = (name_bytes(name), permission_bits(mode), credentials(req));
+        let who = credentials_with_umask(req, umask);
+        let (name, bits) = (name_bytes(name), permission_bits(mode));
         match self.fs.create(parent, name, kind, bits, rdev, &who) {
             Ok(attr) => self.reply_entry(reply, &attr),
             Err(error) => reply.error(self.fail(Op::Mknod, &error)),
@@ -118,11 +121,11 @@ impl fuser::Filesystem for CairnFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         let _timer = self.requests.start(Op::Mkdir);
-        let who = credentials(req);
+        let who = credentials_with_umask(req, umask);
         let parent = self.inode(parent);
         match self
             .fs
@@ -492,7 +495,7 @@ impl fuser::Filesystem for CairnFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
@@ -501,7 +504,7 @@ impl fuser::Filesystem for CairnFs {
             reply.error(self.refuse(Op::Create, errno(libc::EINVAL)));
             return;
         };
-        let (parent, who) = (self.inode(parent), credentials(req));
+        let (parent, who) = (self.inode(parent), credentials_with_umask(req, umask));
         let attr = match self.fs.create(
             parent,
             name_bytes(name),

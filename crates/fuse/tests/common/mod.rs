@@ -308,3 +308,16 @@ def fails(call, name):
 def mode(path):
     return stat.S_IMODE(os.lstat(path).st_mode)
 "#;
+
+/// Runs a shell `script` as `id` (root for `None`) in directory `dir`; panics with its output
+/// unless it succeeds, and returns its standard output.
+pub fn sh_as(id: Option<u32>, dir: &Path, script: &str) -> String {
+    let script = format!("cd '{}'\n{script}", dir.display());
+    let output = run_as(id, "sh", &["-ec", &script]);
+    assert!(
+        output.status.success(),
+        "`{script}` as {id:?} failed:\n{}",
+        output_text(&output)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
