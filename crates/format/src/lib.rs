@@ -54,4 +54,7 @@ pub use ondisk::OnDisk;
 pub use superblock::Superblock;
 pub use symlink::SymlinkHeader;
 pub use types::{AgBlock, AgNumber, FsBlock, InodeNumber, Lsn};
-pub use xattr::{Namespace, Xattr, XattrLeaf, XattrLeafEntry, XattrLeafHeader, XattrValue};
+pub use xattr::{
+    Namespace, Xattr, XattrIndexKey, XattrIndexRecord, XattrIndexRoot, XattrLeaf, XattrLeafEntry,
+    XattrLeafHeader, XattrValue,
+};

@@ -44,6 +44,7 @@ mod test_device;
 mod types;
 mod unlinked;
 mod xattr;
+mod xattr_index;
 mod xattr_store;
 
 pub use error::FsError;

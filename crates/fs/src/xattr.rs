@@ -24,13 +24,12 @@ use cairn_btree::CacheContext;
 use cairn_format::acl::{ACL_ACCESS_NAME, ACL_DEFAULT_NAME, Acl};
 use cairn_format::inode::{MODE_PERMISSION_MASK, MODE_TYPE_MASK};
 use cairn_format::limits::{XATTR_NAME_LEN_MAX, XATTR_VALUE_LEN_MAX};
-use cairn_format::xattr::{Namespace, XattrLeafEntry, XattrValue};
+use cairn_format::xattr::Namespace;
 
-use crate::bmap::step_reservation;
 use crate::fs::Filesystem;
 use crate::inode::{Acls, InodeData, now};
 use crate::types::{Credentials, XattrFlags};
-use crate::xattr_store::{self, AttrSet};
+use crate::xattr_store::{self, Edit};
 use crate::{FsError, acl, perm};
 
 const PREFIXES: [(&[u8], Namespace); 4] = [
@@ -144,13 +143,12 @@ impl Filesystem {
         if namespace == Namespace::System {
             return self.set_acl(inode, stored, value, flags, who);
         }
-        self.change_xattrs(
-            inode,
-            namespace,
-            who,
-            Access::Write,
-            |_, set, block_size| put(set, (namespace, stored), value, flags, block_size),
-        )
+        let edit = Edit::Put {
+            key: (namespace, stored),
+            value,
+            flags,
+        };
+        self.change_xattrs(inode, namespace, who, Access::Write, |_| Ok(edit))
     }
 
     /// Sets an ACL attribute (`stored` is its name in the System namespace).
@@ -164,33 +162,31 @@ impl Filesystem {
     ) -> Result<(), FsError> {
         let acl = Acl::decode(value).map_err(|_| FsError::InvalidArgument("not a valid ACL"))?;
         let access = stored == ACL_ACCESS_NAME;
-        self.change_xattrs(
-            inode,
-            Namespace::System,
-            who,
-            Access::Write,
-            |data, set, bs| {
-                let key = (Namespace::System, stored);
-                if !access {
-                    if !data.is_dir() {
-                        return Err(FsError::PermissionDenied);
-                    }
-                    return put(set, key, value, flags, bs);
-                }
-                let (bits, equivalent) = acl::mode_bits(&acl);
-                // The set-ID and sticky bits stay; the rwx bits are the ACL's.
-                let mut mode = (data.core.mode & MODE_PERMISSION_MASK & !0o777) | bits;
-                if who.uid != 0 && !who.in_group(data.core.gid) {
-                    mode &= !SETGID;
-                }
-                match equivalent {
-                    true => check_flags(set, key, flags).map(|()| delete(set, key, bs)),
-                    false => put(set, key, value, flags, bs),
-                }?;
-                data.core.mode = (data.core.mode & MODE_TYPE_MASK) | (mode & MODE_PERMISSION_MASK);
-                Ok(())
-            },
-        )
+        let key = (Namespace::System, stored);
+        self.change_xattrs(inode, Namespace::System, who, Access::Write, |data| {
+            let put = Edit::Put { key, value, flags };
+            if !access {
+                return match data.is_dir() {
+                    true => Ok(put),
+                    false => Err(FsError::PermissionDenied),
+                };
+            }
+            let (bits, equivalent) = acl::mode_bits(&acl);
+            // The set-ID and sticky bits stay; the rwx bits are the ACL's.
+            let mut mode = (data.core.mode & MODE_PERMISSION_MASK & !0o777) | bits;
+            if who.uid != 0 && !who.in_group(data.core.gid) {
+                mode &= !SETGID;
+            }
+            data.core.mode = (data.core.mode & MODE_TYPE_MASK) | mode;
+            Ok(match equivalent {
+                true => Edit::Remove {
+                    key,
+                    flags,
+                    required: false,
+                },
+                false => put,
+            })
+        })
     }
 
     /// Removes attribute `name` (`NoData` when it does not exist). `security.capability`
@@ -204,11 +200,12 @@ impl Filesystem {
             true => Access::DropCapability,
             false => Access::Write,
         };
-        self.change_xattrs(inode, namespace, who, access, |_, set, block_size| {
-            let index = set.find(namespace, stored).ok_or(FsError::NoData)?;
-            set.remove(index, block_size);
-            Ok(())
-        })
+        let edit = Edit::Remove {
+            key: (namespace, stored),
+            flags: XattrFlags::Any,
+            required: true,
+        };
+        self.change_xattrs(inode, namespace, who, access, |_| Ok(edit))
     }
 
     /// The value of attribute `name`.
@@ -225,9 +222,9 @@ impl Filesystem {
     pub fn listxattr(&self, inode: u64, who: &Credentials) -> Result<Vec<Vec<u8>>, FsError> {
         let handle = self.live_inode(inode)?;
         let data = handle.data.lock();
-        let set = self.read_xattrs(inode, &data)?;
-        Ok(set
-            .entries
+        let mut ctx = CacheContext::new(&self.cache);
+        let entries = xattr_store::entries(self, &mut ctx, inode, &data)?;
+        Ok(entries
             .iter()
             .filter(|e| e.namespace != Namespace::Trusted || who.uid == 0)
             .map(|e| full_name(e.namespace, &e.name))
@@ -242,16 +239,8 @@ impl Filesystem {
         namespace: Namespace,
         name: &[u8],
     ) -> Result<Option<Vec<u8>>, FsError> {
-        let set = self.read_xattrs(number, data)?;
-        let Some(index) = set.find(namespace, name) else {
-            return Ok(None);
-        };
-        match &set.entries[index].value {
-            XattrValue::Local(value) => Ok(Some(value.clone())),
-            XattrValue::Remote { block, length } => {
-                xattr_store::read_remote(self, *block, *length).map(Some)
-            }
-        }
+        let mut ctx = CacheContext::new(&self.cache);
+        xattr_store::get(self, &mut ctx, number, data, (namespace, name))
     }
 
     /// The POSIX ACLs of inode `number` (held locked by the caller), read once and kept
@@ -304,64 +293,54 @@ impl Filesystem {
         change: impl FnOnce(&mut InodeData),
     ) -> Result<(), FsError> {
         let who = Credentials::root();
-        self.change_xattrs(
-            inode,
-            Namespace::System,
-            &who,
-            Access::Checked,
-            |data, set, bs| {
-                change(data);
-                let mut acl = access.clone();
-                acl::chmod(&mut acl, data.core.mode & 0o777);
-                let raw = acl
-                    .encode()
-                    .map_err(|e| FsError::corrupt("POSIX ACL", inode, e.to_string()))?;
-                put(
-                    set,
-                    (Namespace::System, ACL_ACCESS_NAME),
-                    &raw,
-                    XattrFlags::Any,
-                    bs,
-                )
-            },
-        )
+        let mut acl = access.clone();
+        let mut raw = Vec::new();
+        let raw = &mut raw;
+        self.change_xattrs(inode, Namespace::System, &who, Access::Checked, |data| {
+            change(data);
+            acl::chmod(&mut acl, data.core.mode & 0o777);
+            *raw = acl
+                .encode()
+                .map_err(|e| FsError::corrupt("POSIX ACL", inode, e.to_string()))?;
+            Ok(Edit::Put {
+                key: (Namespace::System, ACL_ACCESS_NAME),
+                value: raw.as_slice(),
+                flags: XattrFlags::Any,
+            })
+        })
     }
 
-    fn read_xattrs(&self, inode: u64, data: &InodeData) -> Result<AttrSet, FsError> {
-        let mut ctx = CacheContext::new(&self.cache);
-        xattr_store::load(self, &mut ctx, inode, data)
-    }
-
-    /// Loads the attributes of `inode`, applies `change` (which may also change the inode's
-    /// core: an ACL sets the mode), and stores them in one transaction (plus the free of
+    /// Applies the edit `plan` gives (it may also change the inode's core: an ACL sets the
+    /// mode) to the attributes of `inode` in one transaction (plus the frees of
     /// unreferenced blocks after it). A failed change leaves the inode as it was.
-    fn change_xattrs(
+    fn change_xattrs<'e>(
         &self,
         inode: u64,
         namespace: Namespace,
         who: &Credentials,
         access: Access,
-        change: impl FnOnce(&mut InodeData, &mut AttrSet, u32) -> Result<(), FsError>,
+        plan: impl FnOnce(&mut InodeData) -> Result<Edit<'e>, FsError>,
     ) -> Result<(), FsError> {
         let handle = self.live_inode(inode)?;
         let mut data = handle.data.lock();
         self.check_xattr_access(inode, &data, namespace, who, access)?;
         let core_before = data.core;
-        let mut tx = self.begin(step_reservation(self))?;
-        let planned = xattr_store::load(self, &mut tx, inode, &data).and_then(|mut set| {
-            change(&mut data, &mut set, self.geometry.block_size)?;
-            let layout = xattr_store::plan(self, inode, &data, &set)?;
-            Ok((set, layout))
-        });
-        let (set, layout) = match planned {
-            Ok(planned) => planned,
+        let edit = match plan(&mut data) {
+            Ok(edit) => edit,
             Err(error) => {
                 data.core = core_before;
-                tx.tx.cancel()?;
                 return Err(error);
             }
         };
-        let stored = xattr_store::store(self, &mut tx, inode, &mut data, set, layout);
+        let reservation = xattr_store::change_reservation(self, inode, &data);
+        let mut tx = match reservation.and_then(|r| self.begin(r)) {
+            Ok(tx) => tx,
+            Err(error) => {
+                data.core = core_before;
+                return Err(error);
+            }
+        };
+        let stored = xattr_store::apply(self, &mut tx, inode, &mut data, &edit);
         match stored {
             Ok(_) => data.core.ctime = now(),
             Err(_) => data.core = core_before,
@@ -373,39 +352,5 @@ impl Filesystem {
             xattr_store::free_unused(self, unused)?;
         }
         Ok(())
-    }
-}
-
-/// Refuses a set whose flags disagree with whether `key` exists.
-fn check_flags(set: &AttrSet, key: (Namespace, &[u8]), flags: XattrFlags) -> Result<(), FsError> {
-    match (set.find(key.0, key.1), flags) {
-        (Some(_), XattrFlags::Create) => Err(FsError::Exists),
-        (None, XattrFlags::Replace) => Err(FsError::NoData),
-        _ => Ok(()),
-    }
-}
-
-/// Sets `key` to `value` in `set`, as `flags` allow.
-fn put(
-    set: &mut AttrSet,
-    key: (Namespace, &[u8]),
-    value: &[u8],
-    flags: XattrFlags,
-    block_size: u32,
-) -> Result<(), FsError> {
-    check_flags(set, key, flags)?;
-    delete(set, key, block_size);
-    set.entries.push(XattrLeafEntry {
-        namespace: key.0,
-        name: key.1.to_vec(),
-        value: XattrValue::Local(value.to_vec()),
-    });
-    Ok(())
-}
-
-/// Removes `key` from `set` if it is there.
-fn delete(set: &mut AttrSet, key: (Namespace, &[u8]), block_size: u32) {
-    if let Some(index) = set.find(key.0, key.1) {
-        set.remove(index, block_size);
     }
 }
