@@ -4,7 +4,10 @@ use cairn_journal::Reservation;
 
 use crate::fs::Filesystem;
 use crate::inode::{Inode, InodeData, now, timestamp};
-use crate::types::{Attr, Credentials, OpenFile, SetAttr, TimeOrNow};
+use crate::types::{AtimeMode, Attr, Credentials, OpenFile, SetAttr, TimeOrNow};
+
+/// How old an access time may get before relatime updates it anyway (a day, as Linux).
+const RELATIME_SECONDS: i64 = 24 * 60 * 60;
 use crate::{FsError, perm};
 
 impl Filesystem {
@@ -83,6 +86,36 @@ impl Filesystem {
             inode,
             handle: self.new_handle() << 1 | u64::from(write),
         })
+    }
+
+    /// Records an access of the inode held by `handle` (a read, a directory listing) as
+    /// the mount's atime mode says: never (noatime), always (strictatime), or, by default
+    /// (relatime), when the access time is not after the modification or change time or is
+    /// a day old. A failed update is ignored, as Linux does: the access itself succeeded.
+    pub(crate) fn accessed(&self, number: u64, handle: &Inode) {
+        if self.options.read_only || self.options.atime == AtimeMode::Noatime {
+            return;
+        }
+        let mut data = handle.data.lock();
+        let now = now();
+        let core = &data.core;
+        let due = match self.options.atime {
+            AtimeMode::Strict => true,
+            _ => {
+                core.atime <= core.mtime
+                    || core.atime <= core.ctime
+                    || now.seconds.saturating_sub(core.atime.seconds) >= RELATIME_SECONDS
+            }
+        };
+        if !due || !data.is_allocated() {
+            return;
+        }
+        data.core.atime = now;
+        let reservation = Reservation::for_items(&self.geometry, 0, 0, 1, 0);
+        if let Ok(mut tx) = self.begin(reservation) {
+            Self::log_inode(&mut tx, number, &mut data);
+            let _ = Self::commit(tx, &mut [&mut data]);
+        }
     }
 
     /// `open(O_TRUNC)`: empties the file and, for callers other than root, clears the

@@ -45,6 +45,7 @@ impl Filesystem {
         };
         let end = size.min(offset.saturating_add(u64::from(len)));
         if offset >= end {
+            self.accessed(inode, &handle);
             return Ok(Vec::new());
         }
         Self::count(&self.counters.reads, 1);
@@ -52,6 +53,7 @@ impl Filesystem {
         let mut out = vec![0u8; (end - offset) as usize];
         let extents = self.data_cache.inode(inode, generation);
         self.read_range(&handle, &extents, offset, &mut out)?;
+        self.accessed(inode, &handle);
         Ok(out)
     }
 

@@ -462,6 +462,10 @@ impl Filesystem {
         let mut tx = self.begin(Reservation::new(0))?;
         let result = self.readdir_in(&mut tx, inode, &data, cookie, max_entries);
         tx.tx.cancel()?;
+        drop(data);
+        if result.is_ok() {
+            self.accessed(inode, &handle);
+        }
         result
     }
 
