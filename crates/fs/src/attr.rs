@@ -5,10 +5,10 @@ use cairn_journal::Reservation;
 use crate::fs::Filesystem;
 use crate::inode::{Inode, InodeData, now, timestamp};
 use crate::types::{AtimeMode, Attr, Credentials, OpenFile, SetAttr, TimeOrNow};
+use crate::{FsError, perm};
 
 /// How old an access time may get before relatime updates it anyway (a day, as Linux).
 const RELATIME_SECONDS: i64 = 24 * 60 * 60;
-use crate::{FsError, perm};
 
 impl Filesystem {
     /// Applies `changes` made by `who`; a size change truncates. Clears setuid/setgid where
@@ -179,10 +179,10 @@ fn check_setattr(
     write: Result<(), FsError>,
 ) -> Result<(), FsError> {
     let owner = perm::is_owner(data, who);
-    let may_write = || write.is_ok();
+    let may_write = write.is_ok();
     if let Some(mode) = changes.mode
         && !owner
-        && !(perm::only_clears_set_id(data, mode) && may_write())
+        && !(perm::only_clears_set_id(data, mode) && may_write)
     {
         return Err(FsError::NotPermitted);
     }
@@ -196,7 +196,7 @@ fn check_setattr(
         return Err(FsError::NotPermitted);
     }
     let times = [changes.atime, changes.mtime];
-    if !owner && times.iter().any(Option::is_some) && !may_write() {
+    if !owner && times.iter().any(Option::is_some) && !may_write {
         let explicit = times.iter().any(|t| matches!(t, Some(TimeOrNow::Time(_))));
         return Err(match explicit {
             true => FsError::NotPermitted,
