@@ -323,8 +323,9 @@ fn leaf_for(
 }
 
 /// Sets `entry` (its value placed already: local, or remote blocks this change allocated and
-/// wrote) in the index form `root`; `existing` is what `find` found for its name. Updates
-/// `root`; returns false when the last attribute went (never, for a set).
+/// wrote) in the index form `root`; `existing` is what `find` found for its name. It stays
+/// in its leaf if it still fits there, else it goes where a new attribute goes. Updates
+/// `root`.
 pub(crate) fn put(
     ctx: &mut AttrCtx<'_, '_>,
     root: &mut XattrIndexRoot,
