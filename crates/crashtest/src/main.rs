@@ -71,6 +71,15 @@ fn run(bounds: Bounds) -> Result<Tally, CrashError> {
     );
     eprintln!("exploring {} workloads", workloads.len());
     let mut tally = suite::crash_run(&workloads, &config)?;
+    let xattrs: Vec<_> = workload::xattr_index()
+        .into_iter()
+        .step_by(stride.min(2))
+        .collect();
+    let setup = cairn_crashtest::op::xattr_setup_ops();
+    suite::merge(
+        &mut tally,
+        suite::crash_run_after(&setup, &xattrs, &config)?,
+    );
     eprintln!("crash: {} ({:?})", tally.summary(), started.elapsed());
     for seed in 0..(8 / stride as u64).max(1) {
         suite::merge(

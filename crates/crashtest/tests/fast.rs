@@ -63,6 +63,18 @@ fn crash_seq2_and_random_sample() {
     judge("seq2 and random sample", &tally);
 }
 
+// Explores the attribute index workloads (a file with 300 attributes: leaves and an index
+// tree): changes, removals, remote values and an unlink freeing them in steps.
+#[test]
+fn crash_xattr_index() {
+    let workloads: Vec<_> = workload::xattr_index().into_iter().step_by(2).collect();
+    assert!(workloads.len() >= 7);
+    let setup = cairn_crashtest::op::xattr_setup_ops();
+    let tally = suite::crash_run_after(&setup, &workloads, &fast_config()).unwrap();
+    assert!(tally.crash_states > 0);
+    judge("xattr index", &tally);
+}
+
 // Injects write failures, a stopped device and a failed flush into a random workload.
 #[test]
 fn faults_sample() {

@@ -97,7 +97,7 @@ fn levels_bound(kind: MetaKind, block_size: u32, records: u64) -> u32 {
 }
 
 /// Height bound of an AG's free-space trees (at most one record per two blocks).
-fn free_tree_levels(fs: &Filesystem) -> u32 {
+pub(crate) fn free_tree_levels(fs: &Filesystem) -> u32 {
     let records = u64::from(fs.geometry.ag_blocks).div_ceil(2);
     levels_bound(MetaKind::BnoBtree, fs.geometry.block_size, records)
 }

@@ -271,6 +271,30 @@ pub(crate) fn free_inode(fs: &Filesystem, tx: &mut Tx<'_>, number: u64) -> Resul
     Ok(())
 }
 
+/// Whether inode `number` is allocated, by the inode tree alone (never reading the inode):
+/// how an untrusted number, from a file handle, is checked before its cluster is read.
+pub(crate) fn inode_in_use(fs: &Filesystem, number: u64) -> Result<bool, FsError> {
+    if !fs.geometry.inode_is_valid(number) {
+        return Ok(false);
+    }
+    let (ag, ag_inode) = fs.geometry.split_inode_number(number)?;
+    let mut tx = fs.begin(cairn_journal::Reservation::new(0))?;
+    let found = read_agi(fs, &mut tx, ag).and_then(|agi| {
+        let (ino, _) = trees(fs, &agi)?;
+        let mut ctx = AgTreeCtx {
+            tx: &mut tx,
+            alloc: &fs.alloc,
+            journal: &fs.journal,
+            ag,
+        };
+        let start = ag_inode - ag_inode % INODES_PER_CHUNK;
+        let record = ino.get(&mut ctx, &InoKey { start })?;
+        Ok(record.is_some_and(|r| r.free_mask & (1u64 << (ag_inode - start)) == 0))
+    });
+    tx.tx.cancel()?;
+    found
+}
+
 /// Inode-number arithmetic the geometry does not offer directly.
 pub(crate) trait InodeNumbers {
     fn ag_inode_to_number(&self, ag: u32, ag_inode: u32) -> u64;

@@ -5,12 +5,14 @@
 //! image home later, so until then this copy is the only current one. An inode therefore
 //! leaves the cache only when its home copy (through the buffer cache) equals it.
 
+use std::cell::OnceCell;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cairn_bufcache::{BufKey, BufferCache, ReadSpec};
+use cairn_format::acl::Acl;
 use cairn_format::inode::{FileType, ForkFormat, INODE_CORE_SIZE, InodeCore, Timestamp};
 use cairn_format::{Expected, FsBlock, Geometry, InodeNumber, MetaKind, OnDisk, stamp};
 use cairn_lockrank::{Mutex, MutexGuard, Order, Rank, RwLock};
@@ -33,6 +35,16 @@ pub(crate) struct InodeData {
     pub lookups: u64,
     /// Open handles.
     pub opens: u64,
+    /// The POSIX ACLs as last read from the attributes; emptied by every attribute change.
+    pub acls: OnceCell<Acls>,
+}
+
+/// An inode's POSIX ACLs (`system.posix_acl_access`, and for directories
+/// `system.posix_acl_default`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Acls {
+    pub access: Option<Arc<Acl>>,
+    pub default: Option<Arc<Acl>>,
 }
 
 impl InodeData {
@@ -401,6 +413,7 @@ pub(crate) fn read_inode(
             last_sequence: 0,
             lookups: 0,
             opens: 0,
+            acls: OnceCell::new(),
         },
     ))
 }

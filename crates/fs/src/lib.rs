@@ -17,6 +17,7 @@
 //!   buffer locks, AG headers in ascending AG order;
 //! - a cached inode is dropped only when its home copy equals it.
 
+mod acl;
 mod attr;
 mod bmap;
 mod bmap_tree;
@@ -43,6 +44,7 @@ mod test_device;
 mod types;
 mod unlinked;
 mod xattr;
+mod xattr_index;
 mod xattr_store;
 
 pub use error::FsError;

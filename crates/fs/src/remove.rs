@@ -8,7 +8,7 @@ use cairn_journal::Reservation;
 
 use crate::fs::Filesystem;
 use crate::inode::{Inode, now};
-use crate::namei::{check_dir_writable, valid_name};
+use crate::namei::valid_name;
 use crate::types::Credentials;
 use crate::{FsError, dir, perm, unlinked};
 
@@ -41,7 +41,7 @@ impl Filesystem {
         Self::count(&self.counters.removes, 1);
         let dir_inode = self.live_inode(parent)?;
         let mut dir_data = dir_inode.lock_dir();
-        check_dir_writable(&dir_data, who)?;
+        self.check_dir_writable(parent, &dir_data, who)?;
         // The child is found and locked before the transaction: inode locks come before
         // buffers (docs/fs.md, lock order), and the directory's lock keeps the entry.
         let found = self.find_entry(&dir_data, name)?.ok_or(FsError::NotFound)?;

@@ -24,7 +24,7 @@ use cairn_lockrank::MutexGuard;
 use crate::fs::Filesystem;
 use crate::glue::Tx;
 use crate::inode::{Inode, InodeData, now};
-use crate::namei::{LINK_MAX, check_dir_writable, valid_name};
+use crate::namei::{LINK_MAX, valid_name};
 use crate::types::{Credentials, RenameMode};
 use crate::{FsError, dir, perm, unlinked};
 
@@ -290,8 +290,8 @@ impl Filesystem {
             &mut tx,
             parents,
             request,
-            &source_data,
-            target_data.as_deref(),
+            (names.source, &source_data),
+            names.target.zip(target_data.as_deref()),
             who,
         );
         if let Err(error) = checked {
@@ -334,19 +334,19 @@ impl Filesystem {
         tx: &mut Tx<'_>,
         parents: &mut Parents<'_>,
         request: &Request<'_>,
-        source: &InodeData,
-        target: Option<&InodeData>,
+        (source_number, source): (u64, &InodeData),
+        target: Option<(u64, &InodeData)>,
         who: &Credentials,
     ) -> Result<(), FsError> {
-        check_dir_writable(parents.source_dir(), who)?;
-        check_dir_writable(parents.target_dir(), who)?;
+        self.check_dir_writable(request.parent, parents.source_dir(), who)?;
+        self.check_dir_writable(request.new_parent, parents.target_dir(), who)?;
         perm::check_sticky(parents.source_dir(), source, who)?;
         let across = request.parent != request.new_parent;
         if across && source.is_dir() {
             // Its ".." changes.
-            perm::check(source, who, perm::WRITE)?;
+            self.permission(source_number, source, who, perm::WRITE)?;
         }
-        let Some(target) = target else {
+        let Some((target_number, target)) = target else {
             if across && source.is_dir() && parents.target_dir().core.nlink >= LINK_MAX {
                 return Err(FsError::TooManyLinks);
             }
@@ -355,7 +355,7 @@ impl Filesystem {
         perm::check_sticky(parents.target_dir(), target, who)?;
         if request.mode == RenameMode::Exchange {
             if across && target.is_dir() {
-                perm::check(target, who, perm::WRITE)?;
+                self.permission(target_number, target, who, perm::WRITE)?;
             }
             return Ok(());
         }

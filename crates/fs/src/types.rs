@@ -53,6 +53,10 @@ pub struct Credentials {
     pub uid: u32,
     pub gid: u32,
     pub groups: Vec<u32>,
+    /// The caller's file mode creation mask: `create` and `mkdir` apply it to
+    /// the requested mode unless the parent directory has a default ACL, which then decides
+    /// instead (POSIX). 0 leaves modes as given.
+    pub umask: u16,
 }
 
 impl Credentials {
@@ -117,6 +121,8 @@ pub struct SetAttr {
     pub atime: Option<TimeOrNow>,
     pub mtime: Option<TimeOrNow>,
     pub ctime: Option<SystemTime>,
+    /// The open handle the change came through (`ftruncate`, `futimens`), if any.
+    pub file: Option<u64>,
 }
 
 /// One directory entry returned by `readdir`.

@@ -290,7 +290,7 @@ fn fuse_config(request: &MountRequest) -> Config {
     if request.config.fs.atime == cairn_fs::AtimeMode::Noatime {
         options.push(MountOption::NoAtime);
     }
-    options.extend(settings.kernel_flags.iter().cloned());
+    options.extend(settings.kernel_flags.mount_options());
     let mut config = Config::default();
     config.mount_options = options;
     config.acl = if settings.allow_other {

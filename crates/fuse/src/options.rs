@@ -43,9 +43,43 @@ pub struct FuseSettings {
     pub max_write_bytes: u32,
     pub attr_timeout: Duration,
     pub entry_timeout: Duration,
-    /// Kernel mount flags passed through: nodev, nosuid, noexec, sync, dirsync, ...
-    pub kernel_flags: Vec<fuser::MountOption>,
+    /// Kernel mount flags passed through: nodev, nosuid, noexec, sync, dirsync.
+    pub kernel_flags: KernelFlags,
     pub fsname: Option<String>,
+}
+
+/// The generic mount flags the kernel applies. Each pair is decided by the last option
+/// naming it, as mount(8) and every kernel filesystem do (`-o suid,nosuid` is nosuid), so
+/// an fstab line and a command line that disagree mount with the command line's choice.
+/// `None` leaves fuser's default: nodev and nosuid.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelFlags {
+    pub dev: Option<bool>,
+    pub suid: Option<bool>,
+    pub exec: Option<bool>,
+    pub sync: Option<bool>,
+    pub dirsync: bool,
+}
+
+impl KernelFlags {
+    /// The flags as fuser mount options, one per decided pair.
+    pub fn mount_options(&self) -> Vec<fuser::MountOption> {
+        use fuser::MountOption as M;
+        let pairs = [
+            (self.dev, M::Dev, M::NoDev),
+            (self.suid, M::Suid, M::NoSuid),
+            (self.exec, M::Exec, M::NoExec),
+            (self.sync, M::Sync, M::Async),
+        ];
+        let mut options: Vec<M> = pairs
+            .into_iter()
+            .filter_map(|(set, on, off)| set.map(|on_wanted| if on_wanted { on } else { off }))
+            .collect();
+        if self.dirsync {
+            options.push(M::DirSync);
+        }
+        options
+    }
 }
 
 /// Everything a mount needs, parsed from `-o` and the command line.
@@ -71,7 +105,7 @@ impl Default for MountConfig {
                 max_write_bytes: MAX_WRITE_DEFAULT_BYTES,
                 attr_timeout: TIMEOUT_DEFAULT,
                 entry_timeout: TIMEOUT_DEFAULT,
-                kernel_flags: Vec::new(),
+                kernel_flags: KernelFlags::default(),
                 fsname: None,
             },
             log_file: None,
@@ -80,9 +114,21 @@ impl Default for MountConfig {
 }
 
 /// Options mount(8), fstab and mount.fuse3 may pass that mean nothing to the daemon.
-const IGNORED: [&str; 12] = [
-    "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "nofail", "_netdev", "async",
-    "loop", "lazytime",
+const IGNORED: [&str; 14] = [
+    "defaults",
+    "auto",
+    "noauto",
+    "user",
+    "nouser",
+    "users",
+    "owner",
+    "nofail",
+    "_netdev",
+    "loop",
+    "lazytime",
+    "nolazytime",
+    "diratime",
+    "nodiratime",
 ];
 
 /// Options that take a value.
@@ -136,9 +182,9 @@ impl MountConfig {
         match name {
             "ro" => self.fs.read_only = true,
             "rw" => self.fs.read_only = false,
-            "noatime" | "nodiratime" => self.fs.atime = AtimeMode::Noatime,
-            "relatime" => self.fs.atime = AtimeMode::Relatime,
-            "strictatime" | "atime" => self.fs.atime = AtimeMode::Strict,
+            "noatime" => self.fs.atime = AtimeMode::Noatime,
+            "relatime" | "atime" => self.fs.atime = AtimeMode::Relatime,
+            "strictatime" => self.fs.atime = AtimeMode::Strict,
             "recover" => self.fs.recover_read_only = true,
             "buffered" => self.fs.buffered = true,
             "allow_other" => fuse.allow_other = true,
@@ -150,14 +196,11 @@ impl MountConfig {
             "no_writeback_cache" => fuse.writeback_cache = false,
             "clone_fd" => fuse.clone_fd = true,
             "noclone_fd" => fuse.clone_fd = false,
-            "nodev" => fuse.kernel_flags.push(fuser::MountOption::NoDev),
-            "dev" => fuse.kernel_flags.push(fuser::MountOption::Dev),
-            "nosuid" => fuse.kernel_flags.push(fuser::MountOption::NoSuid),
-            "suid" => fuse.kernel_flags.push(fuser::MountOption::Suid),
-            "noexec" => fuse.kernel_flags.push(fuser::MountOption::NoExec),
-            "exec" => fuse.kernel_flags.push(fuser::MountOption::Exec),
-            "sync" => fuse.kernel_flags.push(fuser::MountOption::Sync),
-            "dirsync" => fuse.kernel_flags.push(fuser::MountOption::DirSync),
+            "dev" | "nodev" => fuse.kernel_flags.dev = Some(name == "dev"),
+            "suid" | "nosuid" => fuse.kernel_flags.suid = Some(name == "suid"),
+            "exec" | "noexec" => fuse.kernel_flags.exec = Some(name == "exec"),
+            "sync" | "async" => fuse.kernel_flags.sync = Some(name == "sync"),
+            "dirsync" => fuse.kernel_flags.dirsync = true,
             _ if IGNORED.contains(&name) || name.starts_with("x-") => {}
             _ => return Ok(false),
         }
@@ -279,12 +322,12 @@ pub const OPTION_HELP: &[(&str, &str)] = &[
         "source name shown in /proc/mounts (default: the device path)",
     ),
     (
-        "nodev, nosuid, noexec, sync, dirsync, ...",
-        "passed to the kernel",
+        "dev/nodev, suid/nosuid, exec/noexec, sync/async, dirsync",
+        "passed to the kernel; the last of a pair wins (default nodev, nosuid)",
     ),
     (
-        "defaults, auto, noauto, user, nofail, _netdev, x-*",
-        "fstab options, ignored",
+        "defaults, auto, noauto, user, nofail, _netdev, lazytime, [no]diratime, x-*",
+        "fstab and generic options, accepted and ignored",
     ),
 ];
 
@@ -318,7 +361,33 @@ mod tests {
         assert_eq!(config.fuse.worker_threads, 2);
         assert_eq!(config.fuse.max_write_bytes, 512 << 10);
         assert_eq!(config.fuse.attr_timeout, Duration::from_millis(500));
-        assert_eq!(config.fuse.kernel_flags, vec![fuser::MountOption::NoDev]);
+        assert_eq!(
+            config.fuse.kernel_flags.mount_options(),
+            vec![fuser::MountOption::NoDev]
+        );
+    }
+
+    // Later options override earlier ones, across -o lists too (fstab then command line).
+    #[test]
+    fn later_options_override_earlier_ones() {
+        use fuser::MountOption as M;
+        let config = MountConfig::parse([
+            "allow_other,default_permissions,dev,suid,exec,sync,rw,noatime",
+            "nosuid,nodev,dev,noexec,async,ro,strictatime,relatime",
+        ])
+        .unwrap();
+        assert_eq!(
+            config.fuse.kernel_flags.mount_options(),
+            vec![M::Dev, M::NoSuid, M::NoExec, M::Async]
+        );
+        assert!(config.fs.read_only);
+        assert_eq!(config.fs.atime, AtimeMode::Relatime);
+        let config = MountConfig::parse(["ro,noatime,nosuid", "rw,atime,suid"]).unwrap();
+        assert!(!config.fs.read_only);
+        assert_eq!(config.fs.atime, AtimeMode::Relatime);
+        assert_eq!(config.fuse.kernel_flags.mount_options(), vec![M::Suid]);
+        let config = MountConfig::parse(["noatime,nodiratime,lazytime"]).unwrap();
+        assert_eq!(config.fs.atime, AtimeMode::Noatime);
     }
 
     // Unknown names, bad values and missing values are refused with the option named.

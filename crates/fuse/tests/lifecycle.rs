@@ -73,11 +73,16 @@ fn mount_helper_and_fstab() {
     mount.unmount();
     assert_eq!(fsck(&image), 0);
     let fstab = scratch.dir.path().join("fstab");
-    let line = format!("{image_arg} {mnt_arg} fuse.cairn defaults,noauto,logmode=sync 0 0\n");
+    let line =
+        format!("{image_arg} {mnt_arg} fuse.cairn defaults,noauto,logmode=sync,dev,suid 0 0\n");
     fs::write(&fstab, line).unwrap();
-    let output = mount_command(&["-T", fstab.to_str().unwrap(), mnt_arg]);
+    // The command line's nosuid overrides the fstab line's suid (issue 19, item 6).
+    let output = mount_command(&["-T", fstab.to_str().unwrap(), "-o", "nosuid", mnt_arg]);
     assert!(output.status.success(), "mount from fstab: {output:?}");
     let mount = Mount::adopt(&image, &mnt);
+    let flags = common::mount_flags(&mnt);
+    assert!(flags.contains(&"nosuid".to_string()), "{flags:?}");
+    assert!(!flags.contains(&"nodev".to_string()), "{flags:?}");
     assert_eq!(fs::read(mount.path("via-helper")).unwrap(), b"1");
     mount.unmount();
     assert_eq!(fsck(&image), 0);

@@ -17,7 +17,9 @@ use super::CairnFs;
 use super::file::{copy_range, fallocate_mode, fopen_flags, open_mode, seek_kind};
 use super::node::{rename_mode, set_attr};
 use super::xattr::{is_reserved, name_list, reply_value, xattr_flags};
-use crate::convert::{credentials, kind_of_mode, name_bytes, permission_bits};
+use crate::convert::{
+    credentials, credentials_with_umask, kind_of_mode, name_bytes, permission_bits,
+};
 use crate::stats::Op;
 
 fn errno(code: i32) -> Errno {
@@ -63,7 +65,7 @@ impl fuser::Filesystem for CairnFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -71,7 +73,7 @@ impl fuser::Filesystem for CairnFs {
         reply: ReplyAttr,
     ) {
         let _timer = self.requests.start(Op::Setattr);
-        let changes = set_attr(mode, uid, gid, size, (atime, mtime), ctime);
+        let changes = set_attr(mode, uid, gid, size, (atime, mtime), ctime, fh);
         match self
             .fs
             .setattr(self.inode(ino), &changes, &credentials(req))
@@ -95,7 +97,7 @@ impl fuser::Filesystem for CairnFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
@@ -105,7 +107,8 @@ impl fuser::Filesystem for CairnFs {
             return;
         };
         let parent = self.inode(parent);
-        let (name, bits, who) = (name_bytes(name), permission_bits(mode), credentials(req));
+        let who = credentials_with_umask(req, umask);
+        let (name, bits) = (name_bytes(name), permission_bits(mode));
         match self.fs.create(parent, name, kind, bits, rdev, &who) {
             Ok(attr) => self.reply_entry(reply, &attr),
             Err(error) => reply.error(self.fail(Op::Mknod, &error)),
@@ -118,11 +121,11 @@ impl fuser::Filesystem for CairnFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         let _timer = self.requests.start(Op::Mkdir);
-        let who = credentials(req);
+        let who = credentials_with_umask(req, umask);
         let parent = self.inode(parent);
         match self
             .fs
@@ -253,18 +256,28 @@ impl fuser::Filesystem for CairnFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let _timer = self.requests.start(Op::Write);
-        match self.fs.write(self.inode(ino), offset, data) {
+        // FUSE_HANDLE_KILLPRIV_V2: the kernel marks writes by a process without
+        // CAP_FSETID, and leaves clearing the set-ID bits to us.
+        let inode = self.inode(ino);
+        let written = match write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            true => {
+                let writer = credentials(req);
+                self.fs.write_clearing_set_id(inode, offset, data, &writer)
+            }
+            false => self.fs.write(inode, offset, data),
+        };
+        match written {
             Ok(written) => reply.written(written),
             Err(error) => reply.error(self.fail(Op::Write, &error)),
         }
@@ -482,7 +495,7 @@ impl fuser::Filesystem for CairnFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
@@ -491,7 +504,7 @@ impl fuser::Filesystem for CairnFs {
             reply.error(self.refuse(Op::Create, errno(libc::EINVAL)));
             return;
         };
-        let (parent, who) = (self.inode(parent), credentials(req));
+        let (parent, who) = (self.inode(parent), credentials_with_umask(req, umask));
         let attr = match self.fs.create(
             parent,
             name_bytes(name),
@@ -529,7 +542,7 @@ impl fuser::Filesystem for CairnFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -542,7 +555,11 @@ impl fuser::Filesystem for CairnFs {
             reply.error(self.refuse(Op::Fallocate, errno(libc::EOPNOTSUPP)));
             return;
         };
-        match self.fs.fallocate(self.inode(ino), offset, length, mode) {
+        let who = credentials(req);
+        match self
+            .fs
+            .fallocate_by(self.inode(ino), offset, length, mode, &who)
+        {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Fallocate, &error)),
         }

@@ -60,6 +60,13 @@ impl Scratch {
         Scratch { dir }
     }
 
+    /// Lets every user reach the mount point (permission tests act as other users).
+    pub fn share(&self) {
+        use std::os::unix::fs::PermissionsExt;
+        let open = std::fs::Permissions::from_mode(0o755);
+        std::fs::set_permissions(self.dir.path(), open).unwrap();
+    }
+
     pub fn image(&self) -> PathBuf {
         self.dir.path().join("cairn.img")
     }
@@ -119,6 +126,19 @@ pub fn is_mounted(path: &Path) -> bool {
     mounts
         .lines()
         .any(|line| line.split(' ').nth(1) == Some(path))
+}
+
+/// The options /proc/self/mounts shows for the mount at `path`.
+pub fn mount_flags(path: &Path) -> Vec<String> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let path = path.to_str().unwrap();
+    mounts
+        .lines()
+        .filter(|line| line.split(' ').nth(1) == Some(path))
+        .filter_map(|line| line.split(' ').nth(3))
+        .next_back()
+        .map(|options| options.split(',').map(str::to_string).collect())
+        .unwrap_or_default()
 }
 
 /// Waits for `pid` to exit; returns whether it did in time.
@@ -237,4 +257,67 @@ pub fn output_text(output: &Output) -> String {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     )
+}
+
+/// The unprivileged user the permission tests act as (nobody).
+pub const NOBODY: u32 = 65534;
+
+/// A Python interpreter every user may run (a per-user one, such as pyenv's under /root,
+/// is out of reach of an unprivileged user).
+pub fn python() -> &'static str {
+    ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|path| Path::new(path).exists())
+        .unwrap_or("python3")
+}
+
+/// Runs `program args` as user and group `id` with no supplementary groups (`setpriv`), or
+/// as root for `None`.
+pub fn run_as(id: Option<u32>, program: &str, args: &[&str]) -> Output {
+    let Some(id) = id else {
+        return run(program, args);
+    };
+    let (uid, gid) = (format!("--reuid={id}"), format!("--regid={id}"));
+    let mut argv = vec![uid.as_str(), gid.as_str(), "--clear-groups", "--", program];
+    argv.extend_from_slice(args);
+    run("setpriv", &argv)
+}
+
+/// Runs a Python `script` with `args` as `id` (root for `None`); panics with its output
+/// unless it succeeds.
+pub fn python_as(id: Option<u32>, script: &str, args: &[&str]) -> String {
+    let mut argv = vec!["-c", script];
+    argv.extend_from_slice(args);
+    let output = run_as(id, python(), &argv);
+    let text = output_text(&output);
+    assert!(output.status.success(), "python as {id:?} failed:\n{text}");
+    text
+}
+
+/// Python helpers the permission scripts share: `fails(call, "EPERM")` asserts that a call
+/// fails with that errno; `mode(path)` is the permission bits.
+pub const PY_PRELUDE: &str = r#"
+import errno, os, stat, sys
+def fails(call, name):
+    try:
+        call()
+    except OSError as e:
+        assert e.errno == getattr(errno, name), f"{call}: {e} (want {name})"
+        return
+    raise AssertionError(f"{call}: succeeded (want {name})")
+def mode(path):
+    return stat.S_IMODE(os.lstat(path).st_mode)
+"#;
+
+/// Runs a shell `script` as `id` (root for `None`) in directory `dir`; panics with its output
+/// unless it succeeds, and returns its standard output.
+pub fn sh_as(id: Option<u32>, dir: &Path, script: &str) -> String {
+    let script = format!("cd '{}'\n{script}", dir.display());
+    let output = run_as(id, "sh", &["-ec", &script]);
+    assert!(
+        output.status.success(),
+        "`{script}` as {id:?} failed:\n{}",
+        output_text(&output)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
