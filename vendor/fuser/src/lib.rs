@@ -409,6 +409,14 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Called on filesystem exit.
     fn destroy(&mut self) {}
 
+    /// Called when the kernel sends `FUSE_DESTROY` (it does for `fuseblk` mounts, at
+    /// unmount), before the reply. The kernel's unmount waits for that reply, so whatever
+    /// this does (writing everything back, releasing the device) is finished when
+    /// `umount` returns, as libfuse's `destroy` is. Other requests may still be running
+    /// on other threads. `destroy` still runs once every event loop has exited.
+    /// (cairn patch, see CAIRN-PATCH.md)
+    fn destroy_requested(&self) {}
+
     /// Look up a directory entry by name and get its attributes.
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         warn!("[Not Implemented] lookup(parent: {parent:#x?}, name {name:?})");

@@ -534,6 +534,10 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                     // Dispatch request
                     Some(req) => {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                            // cairn patch: the filesystem finishes before the reply.
+                            if let Some(fs) = &self.filesystem.fs {
+                                fs.destroy_requested();
+                            }
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
                         } else {
