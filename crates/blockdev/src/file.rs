@@ -372,6 +372,14 @@ fn transfer_all(
     Ok(())
 }
 
+/// The open descriptor, for handing the device to the kernel (a loop device over it). Never
+/// close a duplicate of it: closing any descriptor of an image drops this process's lock.
+impl std::os::fd::AsFd for FileDevice {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
+
 impl BlockDevice for FileDevice {
     fn read_at(&self, offset: u64, buf: &mut AlignedBuf) -> Result<(), DeviceError> {
         let len = buf.len();

@@ -65,8 +65,9 @@ fn mount_helper_and_fstab() {
     assert!(output.status.success(), "mount -t fuse.cairn: {output:?}");
     let mount = Mount::adopt(&image, &mnt);
     let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+    // Root's mounts are fuseblk (over a loop device), so that umount waits for the daemon.
     assert!(
-        mounts.contains(&format!("{mnt_arg} fuse.cairn")),
+        mounts.contains(&format!("{mnt_arg} fuseblk.cairn")),
         "{mounts}"
     );
     fs::write(mount.path("via-helper"), b"1").unwrap();

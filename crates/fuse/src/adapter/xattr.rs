@@ -55,7 +55,8 @@ impl CairnFs {
         if inode != self.root || name != STATS_XATTR {
             return None;
         }
-        Some(render(&self.fs.stats(), &self.requests).into_bytes())
+        let stats = self.fs().ok()?.stats();
+        Some(render(&stats, &self.requests).into_bytes())
     }
 }
 

@@ -1,0 +1,175 @@
+//! `umount` returns only once everything is on disk: after each unmount (umount(8),
+//! `fusermount3 -u`, or `mount -t fuse.cairn` then umount(8)), with no wait for the daemon,
+//! `fsck.cairn -n` is clean, a copy of the image mounts and holds the same tree, and the
+//! image can be mounted again at once (the device was released).
+//!
+//! `cargo test` runs a few rounds of each route; `CAIRN_UNMOUNT_ROUNDS=100 cargo test -p
+//! cairn-fuse --test unmount` runs the long loop (docs/testing.md).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{Mount, Scratch, checksums, fsck, is_mounted, output_text, run, sh};
+
+/// Rounds per route unless `CAIRN_UNMOUNT_ROUNDS` says otherwise.
+const ROUNDS_DEFAULT: usize = 3;
+
+fn rounds() -> usize {
+    std::env::var("CAIRN_UNMOUNT_ROUNDS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(ROUNDS_DEFAULT)
+}
+
+/// How a round unmounts.
+#[derive(Debug, Clone, Copy)]
+enum Route {
+    Umount,
+    Fusermount,
+}
+
+/// Writes of round `round`: a new directory of files (one large), an append to a file
+/// every round touches, a rename, a symlink, and the removal of an older round's files.
+fn write_round(root: &Path, round: usize) {
+    let dir = root.join(format!("round{round}"));
+    fs::create_dir(&dir).unwrap();
+    for file in 0..8 {
+        let len = 1000 * file + 37 * round;
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + round + file) as u8).collect();
+        fs::write(dir.join(format!("f{file}")), data).unwrap();
+    }
+    let large: Vec<u8> = (0..(3 << 20) + round).map(|i| (i / 4099 + round) as u8).collect();
+    fs::write(dir.join("large"), large).unwrap();
+    fs::rename(dir.join("f1"), dir.join("renamed")).unwrap();
+    std::os::unix::fs::symlink("renamed", dir.join("link")).unwrap();
+    let mut log = fs::read(root.join("log")).unwrap_or_default();
+    log.extend_from_slice(format!("round {round}\n").as_bytes());
+    fs::write(root.join("log"), log).unwrap();
+    if round >= 2 {
+        fs::remove_dir_all(root.join(format!("round{}", round - 2))).unwrap();
+    }
+}
+
+/// Names, types, modes, sizes and link targets under `dir`, then every file's checksum.
+fn tree(dir: &Path) -> String {
+    let listing = sh(&format!(
+        "cd '{}' && find . -printf '%p %y %m %s %l\\n' | sort",
+        dir.display()
+    ));
+    listing + &checksums(dir)
+}
+
+fn unmount(mountpoint: &Path, route: Route) {
+    let path = mountpoint.to_str().unwrap();
+    let output = match route {
+        Route::Umount => run("umount", &[path]),
+        Route::Fusermount => run("fusermount3", &["-u", path]),
+    };
+    assert!(output.status.success(), "{route:?}: {}", output_text(&output));
+    assert!(!is_mounted(mountpoint));
+}
+
+/// What every route must leave right after the unmount returned: a clean check, and a
+/// copy of the image whose tree equals `expected`.
+fn check_image(scratch: &Scratch, image: &Path, expected: &str, round: usize) {
+    assert_eq!(fsck(image), 0, "round {round}: fsck right after the unmount");
+    let copy = scratch.dir.path().join("copy.img");
+    fs::copy(image, &copy).unwrap();
+    let copy_mnt = scratch.dir.path().join("copy-mnt");
+    fs::create_dir_all(&copy_mnt).unwrap();
+    let mount = Mount::new(&copy, &copy_mnt, "ro");
+    assert_eq!(tree(&copy_mnt), expected, "round {round}: the copy differs");
+    mount.unmount();
+    fs::remove_file(&copy).unwrap();
+}
+
+/// Mounts, writes, unmounts by `route` and checks, `rounds()` times.
+fn rounds_through(route: Route) {
+    let scratch = Scratch::new();
+    let image = scratch.format("256M");
+    let mnt = scratch.mountpoint();
+    for round in 0..rounds() {
+        let mount = Mount::new(&image, &mnt, "");
+        write_round(&mnt, round);
+        let expected = tree(&mnt);
+        unmount(&mnt, route);
+        // The daemon may still be exiting; the image must not need it any more.
+        std::mem::forget(mount);
+        check_image(&scratch, &image, &expected, round);
+    }
+}
+
+// umount(8) returns after the write-back: fsck, a copy and a new mount see it all.
+#[test]
+fn umount_waits_for_the_write_back() {
+    rounds_through(Route::Umount);
+}
+
+// The same through `fusermount3 -u`.
+#[test]
+fn fusermount_waits_for_the_write_back() {
+    if !common::have("fusermount3") {
+        eprintln!("skipped: fusermount3 (package fuse3) is not installed");
+        return;
+    }
+    rounds_through(Route::Fusermount);
+}
+
+/// A private name for the built binary in /usr/local/sbin, where mount.fuse3 finds the
+/// program a `fuse.NAME` type names; removed on drop. Private to this test process, so
+/// concurrent runs from other checkouts cannot swap it for their build.
+struct HelperName {
+    link: PathBuf,
+    name: String,
+}
+
+impl HelperName {
+    fn new() -> HelperName {
+        let name = format!("cairn-test-{}", std::process::id());
+        let link = Path::new("/usr/local/sbin").join(&name);
+        fs::create_dir_all(link.parent().unwrap()).unwrap();
+        let _ = fs::remove_file(&link);
+        std::os::unix::fs::symlink(common::cairn_bin(), &link).unwrap();
+        HelperName { link, name }
+    }
+}
+
+impl Drop for HelperName {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.link);
+    }
+}
+
+// `mount -t fuse.NAME` (mount.fuse3 running the daemon) then umount(8): the same checks.
+#[test]
+fn mount_helper_then_umount_waits() {
+    if !common::have("mount.fuse3") {
+        eprintln!("skipped: mount.fuse3 (package fuse3) is not installed");
+        return;
+    }
+    let helper = HelperName::new();
+    let scratch = Scratch::new();
+    let image = scratch.format("256M");
+    let mnt = scratch.mountpoint();
+    let kind = format!("fuse.{}", helper.name);
+    for round in 0..rounds() {
+        let output = Command::new("mount")
+            .args(["-t", &kind, image.to_str().unwrap(), mnt.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "mount -t: {}", output_text(&output));
+        let mount = Mount::adopt(&image, &mnt);
+        let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+        let line = mounts.lines().find(|l| l.contains(mnt.to_str().unwrap()));
+        assert!(line.is_some_and(|l| l.contains(" fuseblk.cairn ")), "{mounts}");
+        write_round(&mnt, round);
+        let expected = tree(&mnt);
+        unmount(&mnt, Route::Umount);
+        std::mem::forget(mount);
+        check_image(&scratch, &image, &expected, round);
+    }
+}
