@@ -78,7 +78,9 @@ pub struct Filesystem {
     pub(crate) superblock: Superblock,
     pub(crate) cache: Arc<BufferCache>,
     pub(crate) journal: Journal,
-    pub(crate) alloc: Allocator,
+    pub(crate) alloc: Arc<Allocator>,
+    /// The online discard thread (`MountOptions::discard`).
+    discarder: Option<crate::discard::Discarder>,
     pub(crate) inodes: InodeCache,
     pub(crate) cluster_spec: ReadSpec,
     pub(crate) options: MountOptions,
@@ -133,6 +135,22 @@ impl Filesystem {
                 0,
                 "no inode cluster verifier for the inode size",
             ))?;
+        let alloc = Allocator::new(geometry, uuid)
+            .with_ag_reserve(inode_tree_reserve(&geometry))
+            .with_discard(options.discard && !options.read_only);
+        let alloc = Arc::new(alloc);
+        let discarder = match options.discard && !options.read_only {
+            true => {
+                let discarder = crate::discard::Discarder::start(
+                    Arc::clone(&alloc),
+                    &journal,
+                    Arc::clone(&device),
+                    geometry,
+                )?;
+                Some(discarder)
+            }
+            false => None,
+        };
         let fs = Self {
             device,
             geometry,
@@ -141,7 +159,8 @@ impl Filesystem {
             superblock,
             cache,
             journal,
-            alloc: Allocator::new(geometry, uuid).with_ag_reserve(inode_tree_reserve(&geometry)),
+            alloc,
+            discarder,
             inodes: InodeCache::new(),
             cluster_spec,
             options,
@@ -176,12 +195,20 @@ impl Filesystem {
         Self::mount(device, options)
     }
 
-    /// Flushes everything, writes exact superblock counters and leaves a clean log.
+    /// Flushes everything, writes exact superblock counters and leaves a clean log; with
+    /// online discard, also discards everything freed before returning.
     pub fn unmount(self) -> Result<(), FsError> {
         if !self.options.read_only {
             self.write_superblock()?;
         }
+        if let Some(discarder) = &self.discarder {
+            discarder.quiesce();
+        }
         self.journal.unmount()?;
+        if let Some(discarder) = &self.discarder {
+            // Every commit is durable now, the last frees' included.
+            discarder.drain(u64::MAX);
+        }
         self.cache.flush_delwri()?;
         self.device.flush()?;
         Ok(())
@@ -202,6 +229,21 @@ impl Filesystem {
         self.journal.force_all()?;
         self.device.flush()?;
         Ok(())
+    }
+
+    /// With online discard: waits until everything freed by a durable commit has been
+    /// discarded (the discard thread otherwise does it soon after each checkpoint).
+    pub fn drain_discards(&self) {
+        if let Some(discarder) = &self.discarder {
+            discarder.drain(self.journal.durable_sequence().0);
+        }
+    }
+
+    /// Online discard so far: ranges discarded, bytes, and failed discards.
+    pub fn discard_counts(&self) -> (u64, u64, u64) {
+        self.discarder
+            .as_ref()
+            .map_or((0, 0, 0), crate::discard::Discarder::counts)
     }
 
     /// Statistics for `statfs`, summed from the AG headers and in-memory inode counts.

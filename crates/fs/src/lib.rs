@@ -23,6 +23,7 @@ mod bmap_tree;
 mod data;
 mod dir;
 mod dir_index;
+mod discard;
 mod error;
 mod extents;
 mod fallocate;
@@ -45,6 +46,7 @@ mod unlinked;
 mod xattr;
 mod xattr_store;
 
+pub use discard::TrimReport;
 pub use error::FsError;
 pub use fs::Filesystem;
 pub use prealloc::BackgroundScan;

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::adapter::TRIM_XATTR_PREFIX;
 use crate::daemon::{self, MountRequest};
 use crate::options::{MountConfig, option_help_text};
 use crate::stats::STATS_XATTR;
@@ -55,6 +56,16 @@ pub enum Command {
         /// Where the filesystem is mounted.
         mountpoint: PathBuf,
     },
+    /// Discard every free extent of a mounted cairn filesystem (as fstrim does): an image
+    /// file gets the space back, a thin or SSD device hears that it is unused. Root only.
+    Trim {
+        /// Where the filesystem is mounted.
+        mountpoint: PathBuf,
+        /// Skip free extents shorter than this (bytes; K, M, G suffixes).
+        #[arg(short = 'm', long, value_name = "SIZE", default_value = "0",
+              value_parser = parse_minimum)]
+        minimum: u64,
+    },
     /// Write the man pages of cairn, mkfs.cairn and fsck.cairn into a directory.
     Man {
         /// Output directory (created if missing).
@@ -74,6 +85,10 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     };
     let result = match &args.command {
         Some(Command::Stats { mountpoint }) => print_stats(mountpoint),
+        Some(Command::Trim {
+            mountpoint,
+            minimum,
+        }) => trim(mountpoint, *minimum),
         Some(Command::Man { dir }) => crate::man::write_all(dir)
             .map(|written| println!("wrote {}", written.join(", ")))
             .map_err(|e| format!("{}: {e}", dir.display())),
@@ -115,6 +130,47 @@ fn mount(args: &Args) -> ExitCode {
     }
 }
 
+fn parse_minimum(text: &str) -> Result<u64, String> {
+    cairn_mkfs::size::parse_size(text)
+}
+
+/// Trims the free space of the cairn mount at `mountpoint` and prints what it discarded.
+fn trim(mountpoint: &Path, minimum: u64) -> Result<(), String> {
+    let name = format!("{TRIM_XATTR_PREFIX}{minimum}");
+    let text = read_root_xattr(mountpoint, &name).map_err(|error| match error.raw_os_error() {
+        Some(libc::ENODATA | libc::EOPNOTSUPP) => {
+            format!("{} is not the root of a cairn mount", mountpoint.display())
+        }
+        Some(libc::EPERM) => "only root may trim a filesystem".to_string(),
+        Some(libc::EROFS) => format!("{} is mounted read-only", mountpoint.display()),
+        _ => format!("{}: {error}", mountpoint.display()),
+    })?;
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(key)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let (bytes, extents) = (field("trimmed_bytes:"), field("trimmed_extents:"));
+    println!(
+        "{}: {} ({bytes} bytes) trimmed in {extents} extents",
+        mountpoint.display(),
+        human_bytes(bytes)
+    );
+    Ok(())
+}
+
+/// `bytes` in the largest binary unit that keeps it at least 1.
+fn human_bytes(bytes: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < units.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", units[unit])
+}
+
 /// Prints the statistics text of the cairn mount at `mountpoint`.
 fn print_stats(mountpoint: &Path) -> Result<(), String> {
     let text = read_stats(mountpoint).map_err(|error| {
@@ -131,8 +187,14 @@ fn print_stats(mountpoint: &Path) -> Result<(), String> {
 
 /// Reads the reserved statistics attribute of `mountpoint`.
 pub fn read_stats(mountpoint: &Path) -> std::io::Result<String> {
+    read_root_xattr(mountpoint, STATS_XATTR)
+}
+
+/// Reads the reserved attribute `name` of `mountpoint`, in one call when it fits 16 KiB
+/// (a command such as the trim runs once per call).
+fn read_root_xattr(mountpoint: &Path, name: &str) -> std::io::Result<String> {
     let path = CString::new(mountpoint.as_os_str().as_bytes())?;
-    let name = CString::new(STATS_XATTR)?;
+    let name = CString::new(name)?;
     // The text grows between the size query and the read; retry with a larger buffer.
     let mut capacity = 16 << 10;
     loop {

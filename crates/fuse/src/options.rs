@@ -156,6 +156,8 @@ impl MountConfig {
             "strictatime" | "atime" => self.fs.atime = AtimeMode::Strict,
             "recover" => self.fs.recover_read_only = true,
             "buffered" => self.fs.buffered = true,
+            "discard" => self.fs.discard = true,
+            "nodiscard" => self.fs.discard = false,
             "blkdev" => fuse.blkdev = BlkdevMode::Always,
             "noblkdev" => fuse.blkdev = BlkdevMode::Never,
             "allow_other" => fuse.allow_other = true,
@@ -292,6 +294,11 @@ pub const OPTION_HELP: &[(&str, &str)] = &[
     ),
     ("logfile=PATH", "background log to PATH instead of syslog"),
     (
+        "discard / nodiscard",
+        "give freed extents back to the device (hole punch, BLKDISCARD) once their free \
+         is durable (default nodiscard; cairn trim does it on demand)",
+    ),
+    (
         "blkdev / noblkdev",
         "fuseblk mount over a loop device, whose umount waits for the write-back \
          (default when root; falls back to fuse) / plain fuse mount",
@@ -342,6 +349,8 @@ mod tests {
         assert_eq!(config.fuse.attr_timeout, Duration::from_millis(500));
         assert_eq!(config.fuse.kernel_flags, vec![fuser::MountOption::NoDev]);
         assert_eq!(config.fuse.blkdev, BlkdevMode::Auto);
+        assert!(!config.fs.discard);
+        assert!(MountConfig::parse(["discard"]).unwrap().fs.discard);
         let never = MountConfig::parse(["noblkdev"]).unwrap();
         assert_eq!(never.fuse.blkdev, BlkdevMode::Never);
         assert_eq!(

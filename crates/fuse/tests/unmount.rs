@@ -42,7 +42,9 @@ fn write_round(root: &Path, round: usize) {
         let data: Vec<u8> = (0..len).map(|i| (i * 7 + round + file) as u8).collect();
         fs::write(dir.join(format!("f{file}")), data).unwrap();
     }
-    let large: Vec<u8> = (0..(3 << 20) + round).map(|i| (i / 4099 + round) as u8).collect();
+    let large: Vec<u8> = (0..(3 << 20) + round)
+        .map(|i| (i / 4099 + round) as u8)
+        .collect();
     fs::write(dir.join("large"), large).unwrap();
     fs::rename(dir.join("f1"), dir.join("renamed")).unwrap();
     std::os::unix::fs::symlink("renamed", dir.join("link")).unwrap();
@@ -69,14 +71,22 @@ fn unmount(mountpoint: &Path, route: Route) {
         Route::Umount => run("umount", &[path]),
         Route::Fusermount => run("fusermount3", &["-u", path]),
     };
-    assert!(output.status.success(), "{route:?}: {}", output_text(&output));
+    assert!(
+        output.status.success(),
+        "{route:?}: {}",
+        output_text(&output)
+    );
     assert!(!is_mounted(mountpoint));
 }
 
 /// What every route must leave right after the unmount returned: a clean check, and a
 /// copy of the image whose tree equals `expected`.
 fn check_image(scratch: &Scratch, image: &Path, expected: &str, round: usize) {
-    assert_eq!(fsck(image), 0, "round {round}: fsck right after the unmount");
+    assert_eq!(
+        fsck(image),
+        0,
+        "round {round}: fsck right after the unmount"
+    );
     let copy = scratch.dir.path().join("copy.img");
     fs::copy(image, &copy).unwrap();
     let copy_mnt = scratch.dir.path().join("copy-mnt");
@@ -161,15 +171,70 @@ fn mount_helper_then_umount_waits() {
             .args(["-t", &kind, image.to_str().unwrap(), mnt.to_str().unwrap()])
             .output()
             .unwrap();
-        assert!(output.status.success(), "mount -t: {}", output_text(&output));
+        assert!(
+            output.status.success(),
+            "mount -t: {}",
+            output_text(&output)
+        );
         let mount = Mount::adopt(&image, &mnt);
         let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
         let line = mounts.lines().find(|l| l.contains(mnt.to_str().unwrap()));
-        assert!(line.is_some_and(|l| l.contains(" fuseblk.cairn ")), "{mounts}");
+        assert!(
+            line.is_some_and(|l| l.contains(" fuseblk.cairn ")),
+            "{mounts}"
+        );
         write_round(&mnt, round);
         let expected = tree(&mnt);
         unmount(&mnt, Route::Umount);
         std::mem::forget(mount);
         check_image(&scratch, &image, &expected, round);
+    }
+}
+
+/// Blocks the image file takes on its host filesystem, in KiB.
+fn du_kib(image: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(image).unwrap().blocks() / 2
+}
+
+// `cairn trim` punches the deleted files' space out of the image, and `-o discard` does it
+// by itself once the removal is durable; a non-root trim is refused.
+#[test]
+fn trim_and_discard_give_space_back() {
+    let scratch = Scratch::new();
+    let image = scratch.format("256M");
+    let mnt = scratch.mountpoint();
+    for options in ["", "discard"] {
+        let mount = Mount::new(&image, &mnt, options);
+        let before = du_kib(&image);
+        fs::write(mount.path("big"), vec![1u8; 32 << 20]).unwrap();
+        fs::File::open(mount.path("big"))
+            .unwrap()
+            .sync_all()
+            .unwrap();
+        assert!(
+            du_kib(&image) >= before + (32 << 10),
+            "{options}: data written"
+        );
+        fs::remove_file(mount.path("big")).unwrap();
+        if options.is_empty() {
+            let output = run(
+                common::cairn_bin().to_str().unwrap(),
+                &["trim", mnt.to_str().unwrap()],
+            );
+            assert!(output.status.success(), "{}", output_text(&output));
+            assert!(output_text(&output).contains("trimmed"));
+        } else {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while du_kib(&image) > before + 1024 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        }
+        assert!(
+            du_kib(&image) <= before + 1024,
+            "{options}: space not given back"
+        );
+        mount.unmount();
+        assert_eq!(fsck(&image), 0);
     }
 }

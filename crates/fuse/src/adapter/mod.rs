@@ -10,6 +10,8 @@ mod node;
 mod ops;
 mod xattr;
 
+pub use xattr::TRIM_XATTR_PREFIX;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 

@@ -455,8 +455,10 @@ impl fuser::Filesystem for CairnFs {
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _timer = self.requests.start(Op::Getxattr);
         let inode = self.inode(ino);
-        if let Some(value) = self.reserved_value(inode, name) {
-            return reply_value(reply, size, &value);
+        match self.reserved_value(req.uid(), inode, name, size) {
+            Some(Ok(value)) => return reply_value(reply, size, &value),
+            Some(Err(errno)) => return reply.error(self.refuse(Op::Getxattr, errno)),
+            None => {}
         }
         if is_reserved(name) {
             return reply.error(self.refuse(Op::Getxattr, errno(libc::ENODATA)));

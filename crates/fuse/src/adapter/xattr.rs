@@ -6,7 +6,17 @@ use cairn_fs::XattrFlags;
 use fuser::{Errno, ReplyXattr};
 
 use super::CairnFs;
+use crate::errno::ToErrno;
 use crate::stats::{STATS_XATTR, render};
+
+/// The trim command: `getxattr` of `system.cairn.trim.MINIMUM_BYTES` on the mount's root
+/// (root only) discards every free extent of at least that size and answers with the text
+/// `trimmed_bytes: N` / `trimmed_extents: N`. FUSE passes no FITRIM, and this is the
+/// channel `cairn stats` already uses.
+pub const TRIM_XATTR_PREFIX: &str = "system.cairn.trim.";
+/// The size answered to a size query of the trim command, which does not trim (tools ask
+/// for the size first; the real call then trims once).
+const TRIM_REPLY_BYTES_MAX: usize = 128;
 
 /// Answers a getxattr or listxattr with `value`: its size when `size` is 0, the value when
 /// it fits, ERANGE when it does not.
@@ -50,13 +60,44 @@ pub(super) fn is_reserved(name: &OsStr) -> bool {
 }
 
 impl CairnFs {
-    /// The value of a reserved attribute of `inode`, or `None` if it has none.
-    pub(super) fn reserved_value(&self, inode: u64, name: &OsStr) -> Option<Vec<u8>> {
-        if inode != self.root || name != STATS_XATTR {
+    /// The value of a reserved attribute of `inode` read by `uid` (`size` 0 asks only for
+    /// the length), or `None` if it has none.
+    pub(super) fn reserved_value(
+        &self,
+        uid: u32,
+        inode: u64,
+        name: &OsStr,
+        size: u32,
+    ) -> Option<Result<Vec<u8>, Errno>> {
+        if inode != self.root {
             return None;
         }
-        let stats = self.fs().ok()?.stats();
-        Some(render(&stats, &self.requests).into_bytes())
+        if name == STATS_XATTR {
+            let stats = self.fs().ok()?.stats();
+            return Some(Ok(render(&stats, &self.requests).into_bytes()));
+        }
+        let minimum = name.to_str()?.strip_prefix(TRIM_XATTR_PREFIX)?;
+        Some(self.trim_command(uid, minimum, size))
+    }
+
+    /// Runs the trim command for `uid` with the minimum extent size `minimum` (bytes).
+    fn trim_command(&self, uid: u32, minimum: &str, size: u32) -> Result<Vec<u8>, Errno> {
+        if uid != 0 {
+            return Err(Errno::from_i32(libc::EPERM));
+        }
+        let minimum: u64 = minimum.parse().map_err(|_| Errno::from_i32(libc::EINVAL))?;
+        if size == 0 {
+            return Ok(vec![b' '; TRIM_REPLY_BYTES_MAX]);
+        }
+        let report = self
+            .fs()
+            .and_then(|fs| fs.trim(minimum))
+            .map_err(|error| error.to_errno())?;
+        let text = format!(
+            "trimmed_bytes: {}\ntrimmed_extents: {}\n",
+            report.bytes, report.extents
+        );
+        Ok(text.into_bytes())
     }
 }
 
@@ -69,6 +110,7 @@ mod tests {
     fn reserved_names() {
         assert!(is_reserved(OsStr::new(STATS_XATTR)));
         assert!(is_reserved(OsStr::new("system.cairn.other")));
+        assert!(is_reserved(OsStr::new(&format!("{TRIM_XATTR_PREFIX}0"))));
         assert!(!is_reserved(OsStr::new("user.cairn.stats")));
         assert!(!is_reserved(OsStr::new("system.posix_acl_access")));
     }
