@@ -657,3 +657,41 @@ impl Allocator {
         Ok((taken, None))
     }
 }
+
+impl Allocator {
+    /// Grows the last AG `ag` (this allocator's geometry is the one before the grow) to
+    /// `new_len` blocks: the AGF's length, and the new range `old_len..new_len` free in
+    /// both trees (merged with a free extent that ends at the old end). Never busy: those
+    /// blocks were never allocated. Part of a grow transaction, with the filesystem idle.
+    pub fn grow_ag<'c, B: Buffers<'c>>(
+        &self,
+        bufs: &mut B,
+        log: &dyn LogSequence,
+        ag: u32,
+        new_len: u32,
+    ) -> Result<(), AllocError> {
+        let old_len = self.geometry.ag_len(ag);
+        if ag + 1 != self.geometry.ag_count || new_len <= old_len {
+            return Err(AllocError::BadFree {
+                ag,
+                start: old_len,
+                length: new_len.saturating_sub(old_len),
+                why: "only the last AG grows, and only longer",
+            });
+        }
+        let Some(state) = self.ags.get(ag as usize) else {
+            return Ok(());
+        };
+        let mut ctx = AgCtx::open(bufs, &self.geometry, self.uuid, AgNumber(ag))?;
+        let mut state = state.lock();
+        let mut space = AgSpace::open(&ctx)?;
+        self.fill_free_list(&mut ctx, &mut space, &mut state, log)?;
+        ctx.set_field(crate::ag::field::AG_LENGTH, new_len)?;
+        space.add(&mut ctx, old_len, new_len - old_len)?;
+        self.store_free_hint(ag, ctx.agf.free_blocks);
+        if let Some(hint) = self.longest_hints.get(ag as usize) {
+            hint.store(ctx.agf.longest_free, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}

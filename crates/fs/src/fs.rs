@@ -129,6 +129,13 @@ impl Filesystem {
         };
         let (journal, recovery) =
             Journal::open(Arc::clone(&cache), Arc::clone(&device), &superblock, config)?;
+        if !recovery.clean && read_superblock(device.as_ref())?.geometry != geometry {
+            // The log held a grow: mount again with the geometry it wrote (the log is
+            // clean now, or holds only relogged intents).
+            drop(journal);
+            drop(cache);
+            return Self::mount(device, options);
+        }
         let cluster_spec =
             inode_cluster_spec(geometry.inode_size, uuid).ok_or(FsError::corrupt(
                 "superblock",
@@ -201,6 +208,11 @@ impl Filesystem {
         if !self.options.read_only {
             self.write_superblock()?;
         }
+        self.finish_unmount()
+    }
+
+    /// `unmount` after the superblock is written: the log made clean, everything home.
+    pub(crate) fn finish_unmount(self) -> Result<(), FsError> {
         if let Some(discarder) = &self.discarder {
             discarder.quiesce();
         }
@@ -364,8 +376,8 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Writes the superblock with counters summed from the AG headers.
-    fn write_superblock(&self) -> Result<(), FsError> {
+    /// The superblock with counters summed from the AG headers and the inode counts.
+    pub(crate) fn counted_superblock(&self) -> Result<Superblock, FsError> {
         let mut superblock = self.superblock.clone();
         let mut free_blocks = 0u64;
         for ag in 0..self.geometry.ag_count {
@@ -375,6 +387,12 @@ impl Filesystem {
         superblock.free_blocks = free_blocks;
         superblock.inode_count = inodes;
         superblock.free_inodes = free_inodes;
+        Ok(superblock)
+    }
+
+    /// Writes the superblock with counters summed from the AG headers.
+    fn write_superblock(&self) -> Result<(), FsError> {
+        let superblock = self.counted_superblock()?;
         let geometry = &self.geometry;
         let reservation = Reservation::for_items(geometry, 1, geometry.block_size, 0, 0);
         let mut tx = self.begin(reservation)?;

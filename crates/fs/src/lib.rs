@@ -29,6 +29,7 @@ mod extents;
 mod fallocate;
 mod fs;
 mod glue;
+mod grow;
 mod ialloc;
 mod inode;
 mod namei;
@@ -49,6 +50,7 @@ mod xattr_store;
 pub use discard::TrimReport;
 pub use error::FsError;
 pub use fs::Filesystem;
+pub use grow::{GrowReport, grown_geometry};
 pub use prealloc::BackgroundScan;
 pub use seek::FileExtent;
 pub use types::{

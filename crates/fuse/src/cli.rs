@@ -66,6 +66,16 @@ pub enum Command {
               value_parser = parse_minimum)]
         minimum: u64,
     },
+    /// Grow an unmounted cairn filesystem to SIZE (default: the whole device or image): the
+    /// last allocation group is extended and new ones are added, in one logged
+    /// transaction. An image file shorter than SIZE is extended (sparse) first.
+    Grow {
+        /// Image file or block device holding the (unmounted) filesystem.
+        device: PathBuf,
+        /// New size (bytes; K, M, G, T suffixes).
+        #[arg(value_parser = parse_minimum)]
+        size: Option<u64>,
+    },
     /// Write the man pages of cairn, mkfs.cairn and fsck.cairn into a directory.
     Man {
         /// Output directory (created if missing).
@@ -89,6 +99,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             mountpoint,
             minimum,
         }) => trim(mountpoint, *minimum),
+        Some(Command::Grow { device, size }) => grow(device, *size),
         Some(Command::Man { dir }) => crate::man::write_all(dir)
             .map(|written| println!("wrote {}", written.join(", ")))
             .map_err(|e| format!("{}: {e}", dir.display())),
@@ -155,6 +166,40 @@ fn trim(mountpoint: &Path, minimum: u64) -> Result<(), String> {
         "{}: {} ({bytes} bytes) trimmed in {extents} extents",
         mountpoint.display(),
         human_bytes(bytes)
+    );
+    Ok(())
+}
+
+/// Grows the unmounted filesystem on `path` to `size` bytes (the device's size if `None`).
+fn grow(path: &Path, size: Option<u64>) -> Result<(), String> {
+    if path.is_dir() {
+        return Err(format!(
+            "{} is a directory: cairn grow works on the image file or device of an \
+             unmounted filesystem (growing a mounted one is not supported yet)",
+            path.display()
+        ));
+    }
+    let mut open = cairn_blockdev::OpenOptions::new();
+    if let Some(size) = size {
+        open = open.create_size(size);
+    }
+    let shown = |error: &dyn std::fmt::Display| format!("{}: {error}", path.display());
+    let device = cairn_blockdev::FileDevice::open(path, &open).map_err(|e| shown(&e))?;
+    let device: std::sync::Arc<dyn cairn_blockdev::BlockDevice> = std::sync::Arc::new(device);
+    let fs = cairn_fs::Filesystem::mount(device, cairn_fs::MountOptions::default())
+        .map_err(|e| shown(&e))?;
+    let block_size = u64::from(fs.statfs().map_err(|e| shown(&e))?.block_size);
+    let blocks = size.map_or(u64::MAX, |size| size / block_size);
+    let report = fs.grow(blocks).map_err(|e| shown(&e))?;
+    println!(
+        "{}: grew from {} to {} blocks ({} to {}), {} to {} allocation groups",
+        path.display(),
+        report.old_blocks,
+        report.new_blocks,
+        human_bytes(report.old_blocks * block_size),
+        human_bytes(report.new_blocks * block_size),
+        report.old_ags,
+        report.new_ags
     );
     Ok(())
 }

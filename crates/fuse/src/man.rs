@@ -58,9 +58,10 @@ fn mount_options_section() -> Roff {
 }
 
 /// Subcommands of cairn and the names of their pages.
-const SUBCOMMAND_PAGES: [(&str, &str); 3] = [
+const SUBCOMMAND_PAGES: [(&str, &str); 4] = [
     ("stats", "cairn-stats"),
     ("trim", "cairn-trim"),
+    ("grow", "cairn-grow"),
     ("man", "cairn-man"),
 ];
 

@@ -238,3 +238,51 @@ fn trim_and_discard_give_space_back() {
         assert_eq!(fsck(&image), 0);
     }
 }
+
+/// Blocks of the filesystem mounted at `mountpoint`, as `df` sees them (statvfs).
+fn df_blocks(mountpoint: &Path) -> u64 {
+    let path = std::ffi::CString::new(mountpoint.to_str().unwrap()).unwrap();
+    // SAFETY: statvfs is plain data; the path is NUL-terminated.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the call.
+    assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut stats) }, 0);
+    stats.f_blocks
+}
+
+// `cairn grow IMAGE SIZE` extends the image and the filesystem: df shows the new size,
+// the files are there, fsck is clean; a mountpoint is refused with a clear message.
+#[test]
+fn offline_grow_through_the_command() {
+    let scratch = Scratch::new();
+    let image = scratch.format("64M");
+    let mnt = scratch.mountpoint();
+    let mount = Mount::new(&image, &mnt, "");
+    fs::write(mount.path("kept"), vec![3u8; 1 << 20]).unwrap();
+    let before = df_blocks(&mnt);
+    let refused = run(
+        common::cairn_bin().to_str().unwrap(),
+        &["grow", mnt.to_str().unwrap()],
+    );
+    assert!(!refused.status.success());
+    assert!(output_text(&refused).contains("unmounted"), "{refused:?}");
+    mount.unmount();
+    let output = run(
+        common::cairn_bin().to_str().unwrap(),
+        &["grow", image.to_str().unwrap(), "256M"],
+    );
+    assert!(output.status.success(), "{}", output_text(&output));
+    assert!(output_text(&output).contains("grew from"));
+    assert_eq!(fs::metadata(&image).unwrap().len(), 256 << 20);
+    assert_eq!(fsck(&image), 0);
+    let mount = Mount::new(&image, &mnt, "");
+    assert!(
+        df_blocks(&mnt) >= 3 * before,
+        "{} -> {}",
+        before,
+        df_blocks(&mnt)
+    );
+    assert_eq!(fs::read(mount.path("kept")).unwrap(), vec![3u8; 1 << 20]);
+    fs::write(mount.path("big"), vec![4u8; 150 << 20]).unwrap();
+    mount.unmount();
+    assert_eq!(fsck(&image), 0);
+}

@@ -44,8 +44,7 @@ fn make_full_log_image() {
     loop {
         let (lsn_head, lsn_tail) = journal.head_and_tail();
         let cycles = u64::from(lsn_head.cycle() - lsn_tail.cycle());
-        let used = cycles * log_sectors + u64::from(lsn_head.block())
-            - u64::from(lsn_tail.block());
+        let used = cycles * log_sectors + u64::from(lsn_head.block()) - u64::from(lsn_tail.block());
         if used * 100 >= log_sectors * FILL_PERCENT {
             break;
         }
@@ -65,7 +64,7 @@ fn make_full_log_image() {
     eprintln!(
         "logged {} distinct blocks ({} MiB) in the log, none written home",
         next - first,
-        (next - first) * u64::from(g.block_size) >> 20
+        ((next - first) * u64::from(g.block_size)) >> 20
     );
     // A crash: no unmount, nothing pushed home.
     drop(journal);
