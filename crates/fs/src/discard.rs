@@ -110,8 +110,14 @@ impl Discarder {
                 what: "starting the discard thread",
                 source: Box::new(error),
             })?;
-        let kicked = Arc::clone(&shared);
-        journal.on_completion(Arc::new(move |sequence| kicked.kick(sequence)));
+        // Weak: the journal holds the hook and `shared` holds the journal (its force
+        // handle); a strong reference would keep both, and the device, alive for ever.
+        let kicked = Arc::downgrade(&shared);
+        journal.on_completion(Arc::new(move |sequence| {
+            if let Some(shared) = kicked.upgrade() {
+                shared.kick(sequence);
+            }
+        }));
         Ok(Discarder {
             shared,
             thread: Some(thread),

@@ -10,7 +10,7 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use common::{Mount, Scratch, checksums, fsck, is_mounted, output_text, run, sh};
@@ -129,31 +129,6 @@ fn fusermount_waits_for_the_write_back() {
     rounds_through(Route::Fusermount);
 }
 
-/// A private name for the built binary in /usr/local/sbin, where mount.fuse3 finds the
-/// program a `fuse.NAME` type names; removed on drop. Private to this test process, so
-/// concurrent runs from other checkouts cannot swap it for their build.
-struct HelperName {
-    link: PathBuf,
-    name: String,
-}
-
-impl HelperName {
-    fn new() -> HelperName {
-        let name = format!("cairn-test-{}", std::process::id());
-        let link = Path::new("/usr/local/sbin").join(&name);
-        fs::create_dir_all(link.parent().unwrap()).unwrap();
-        let _ = fs::remove_file(&link);
-        std::os::unix::fs::symlink(common::cairn_bin(), &link).unwrap();
-        HelperName { link, name }
-    }
-}
-
-impl Drop for HelperName {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.link);
-    }
-}
-
 // `mount -t fuse.NAME` (mount.fuse3 running the daemon) then umount(8): the same checks.
 #[test]
 fn mount_helper_then_umount_waits() {
@@ -161,7 +136,7 @@ fn mount_helper_then_umount_waits() {
         eprintln!("skipped: mount.fuse3 (package fuse3) is not installed");
         return;
     }
-    let helper = HelperName::new();
+    let helper = common::HelperName::new();
     let scratch = Scratch::new();
     let image = scratch.format("256M");
     let mnt = scratch.mountpoint();
@@ -212,10 +187,11 @@ fn trim_and_discard_give_space_back() {
             .unwrap()
             .sync_all()
             .unwrap();
-        assert!(
-            du_kib(&image) >= before + (32 << 10),
-            "{options}: data written"
-        );
+        let full = du_kib(&image);
+        assert!(full >= before + (32 << 10), "{options}: data written");
+        // The log keeps growing a little (checkpoints land in log blocks not written yet),
+        // so the check is that the file's 32 MiB came back, not an exact figure.
+        let given_back = |now: u64| now + (31 << 10) <= full;
         fs::remove_file(mount.path("big")).unwrap();
         if options.is_empty() {
             let output = run(
@@ -226,13 +202,14 @@ fn trim_and_discard_give_space_back() {
             assert!(output_text(&output).contains("trimmed"));
         } else {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-            while du_kib(&image) > before + 1024 && std::time::Instant::now() < deadline {
+            while !given_back(du_kib(&image)) && std::time::Instant::now() < deadline {
                 std::thread::sleep(std::time::Duration::from_millis(200));
             }
         }
+        let now = du_kib(&image);
         assert!(
-            du_kib(&image) <= before + 1024,
-            "{options}: space not given back"
+            given_back(now),
+            "{options}: space not given back: {before} KiB before, {full} KiB full, {now} now"
         );
         mount.unmount();
         assert_eq!(fsck(&image), 0);
