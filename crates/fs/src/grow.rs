@@ -23,6 +23,18 @@ use crate::glue::JournalLog;
 
 static SUPERBLOCK_OPS: HeaderOps = HeaderOps::new(MetaKind::Superblock);
 
+/// An inode the kernel still references (lookups it may forget, files it has open): what a
+/// remount must carry over for the kernel's view to stay valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldInode {
+    pub inode: u64,
+    pub lookups: u64,
+    pub opens: u64,
+    /// Whether it still has a name (an unlinked one sits on the unlinked list, which a
+    /// mount empties).
+    pub linked: bool,
+}
+
 /// What a grow did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrowReport {
@@ -59,13 +71,66 @@ pub fn grown_geometry(old: &Geometry, blocks: u64) -> Result<Geometry, FsError> 
 }
 
 impl Filesystem {
-    /// Grows the filesystem to `blocks` blocks (at most the device's size), then unmounts
-    /// it cleanly. Nothing else may use the filesystem meanwhile (the offline form).
-    pub fn grow(self, blocks: u64) -> Result<GrowReport, FsError> {
+    /// The inodes the kernel references now (see `HeldInode`).
+    pub fn held_inodes(&self) -> Vec<HeldInode> {
+        self.inodes
+            .all()
+            .into_iter()
+            .filter_map(|inode| {
+                let data = inode.data.lock();
+                (data.lookups > 0 || data.opens > 0).then(|| HeldInode {
+                    inode: inode.number,
+                    lookups: data.lookups,
+                    opens: data.opens,
+                    linked: data.core.nlink > 0,
+                })
+            })
+            .collect()
+    }
+
+    /// After a remount: takes over the references of `held` (from `held_inodes` of the
+    /// filesystem before), so the kernel's later forgets and releases balance.
+    pub fn hold_inodes(&self, held: &[HeldInode]) -> Result<(), FsError> {
+        for one in held {
+            let inode = self.inode(one.inode)?;
+            let mut data = inode.data.lock();
+            data.lookups += one.lookups;
+            data.opens += one.opens;
+        }
+        Ok(())
+    }
+
+    /// The device the filesystem lives on (to mount it again after a grow).
+    pub fn device(&self) -> std::sync::Arc<dyn cairn_blockdev::BlockDevice> {
+        std::sync::Arc::clone(&self.device)
+    }
+
+    /// The options it was mounted with.
+    pub fn options(&self) -> &crate::MountOptions {
+        &self.options
+    }
+
+    /// What growing to `blocks` blocks (at most the device's size) would do, or why it
+    /// cannot; changes nothing.
+    pub fn plan_grow(&self, blocks: u64) -> Result<GrowReport, FsError> {
         self.check_writable()?;
         let old = self.geometry;
         let device_blocks = self.device.size_bytes() / u64::from(old.block_size);
         let new = grown_geometry(&old, blocks.min(device_blocks))?;
+        Ok(GrowReport {
+            old_blocks: old.block_count,
+            new_blocks: new.block_count,
+            old_ags: old.ag_count,
+            new_ags: new.ag_count,
+        })
+    }
+
+    /// Grows the filesystem to `blocks` blocks (at most the device's size), then unmounts
+    /// it cleanly. Nothing else may use the filesystem meanwhile.
+    pub fn grow(self, blocks: u64) -> Result<GrowReport, FsError> {
+        let report = self.plan_grow(blocks)?;
+        let old = self.geometry;
+        let new = grown_geometry(&old, report.new_blocks)?;
         let plan = Plan {
             geometry: new,
             label: self.superblock.label,
@@ -88,12 +153,6 @@ impl Filesystem {
         // filesystem can be.
         self.device.flush()?;
         self.commit_grow(&new, &superblock)?;
-        let report = GrowReport {
-            old_blocks: old.block_count,
-            new_blocks: new.block_count,
-            old_ags: old.ag_count,
-            new_ags: new.ag_count,
-        };
         self.finish_unmount()?;
         Ok(report)
     }

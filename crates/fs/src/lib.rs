@@ -50,7 +50,7 @@ mod xattr_store;
 pub use discard::TrimReport;
 pub use error::FsError;
 pub use fs::Filesystem;
-pub use grow::{GrowReport, grown_geometry};
+pub use grow::{GrowReport, HeldInode, grown_geometry};
 pub use prealloc::BackgroundScan;
 pub use seek::FileExtent;
 pub use types::{

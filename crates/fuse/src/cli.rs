@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::adapter::TRIM_XATTR_PREFIX;
+use crate::adapter::{GROW_XATTR_PREFIX, TRIM_XATTR_PREFIX};
 use crate::daemon::{self, MountRequest};
 use crate::options::{MountConfig, option_help_text};
 use crate::stats::STATS_XATTR;
@@ -66,11 +66,12 @@ pub enum Command {
               value_parser = parse_minimum)]
         minimum: u64,
     },
-    /// Grow an unmounted cairn filesystem to SIZE (default: the whole device or image): the
-    /// last allocation group is extended and new ones are added, in one logged
-    /// transaction. An image file shorter than SIZE is extended (sparse) first.
+    /// Grow a cairn filesystem to SIZE (default: the whole device or image): the last
+    /// allocation group is extended and new ones are added, in one logged transaction. An
+    /// image file shorter than SIZE is extended (sparse) first. Works on a mount point (the
+    /// mounted filesystem, as xfs_growfs) or on an unmounted image or device. Root only.
     Grow {
-        /// Image file or block device holding the (unmounted) filesystem.
+        /// Mount point, or image file or block device of an unmounted filesystem.
         device: PathBuf,
         /// New size (bytes; K, M, G, T suffixes).
         #[arg(value_parser = parse_minimum)]
@@ -170,15 +171,64 @@ fn trim(mountpoint: &Path, minimum: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// Grows the unmounted filesystem on `path` to `size` bytes (the device's size if `None`).
+/// Grows the filesystem mounted on, or held by, `path` to `size` bytes (the device's size
+/// if `None`).
 fn grow(path: &Path, size: Option<u64>) -> Result<(), String> {
-    if path.is_dir() {
-        return Err(format!(
-            "{} is a directory: cairn grow works on the image file or device of an \
-             unmounted filesystem (growing a mounted one is not supported yet)",
-            path.display()
-        ));
-    }
+    let report = match path.is_dir() {
+        true => grow_mounted(path, size)?,
+        false => grow_offline(path, size)?,
+    };
+    let (block_size, old, new) = (report.4, report.0, report.1);
+    println!(
+        "{}: grew from {old} to {new} blocks ({} to {}), {} to {} allocation groups",
+        path.display(),
+        human_bytes(old * block_size),
+        human_bytes(new * block_size),
+        report.2,
+        report.3
+    );
+    Ok(())
+}
+
+/// (old blocks, new blocks, old AGs, new AGs, block size) of a grow.
+type Grown = (u64, u64, u32, u32, u64);
+
+/// Grows the filesystem mounted on `mountpoint` through the daemon.
+fn grow_mounted(mountpoint: &Path, size: Option<u64>) -> Result<Grown, String> {
+    let name = format!("{GROW_XATTR_PREFIX}{}", size.unwrap_or(0));
+    let text = read_root_xattr(mountpoint, &name).map_err(|error| match error.raw_os_error() {
+        Some(libc::ENODATA | libc::EOPNOTSUPP) => {
+            format!("{} is not the root of a cairn mount", mountpoint.display())
+        }
+        Some(libc::EPERM) => "only root may grow a filesystem".to_string(),
+        Some(libc::EBUSY) => format!(
+            "{}: a deleted file is still open there; close it, or unmount and run cairn \
+             grow on the image or device",
+            mountpoint.display()
+        ),
+        Some(libc::EINVAL) => format!(
+            "{}: the new size is not larger than the filesystem, or the device is not \
+             larger (extend it first), or the mount is read-only",
+            mountpoint.display()
+        ),
+        _ => format!("{}: {error} (see the daemon's log)", mountpoint.display()),
+    })?;
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(key)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Ok((
+        field("old_blocks:"),
+        field("new_blocks:"),
+        field("old_ags:") as u32,
+        field("new_ags:") as u32,
+        field("block_size:"),
+    ))
+}
+
+/// Grows the unmounted filesystem on the image or device `path`.
+fn grow_offline(path: &Path, size: Option<u64>) -> Result<Grown, String> {
     let mut open = cairn_blockdev::OpenOptions::new();
     if let Some(size) = size {
         open = open.create_size(size);
@@ -191,17 +241,13 @@ fn grow(path: &Path, size: Option<u64>) -> Result<(), String> {
     let block_size = u64::from(fs.statfs().map_err(|e| shown(&e))?.block_size);
     let blocks = size.map_or(u64::MAX, |size| size / block_size);
     let report = fs.grow(blocks).map_err(|e| shown(&e))?;
-    println!(
-        "{}: grew from {} to {} blocks ({} to {}), {} to {} allocation groups",
-        path.display(),
+    Ok((
         report.old_blocks,
         report.new_blocks,
-        human_bytes(report.old_blocks * block_size),
-        human_bytes(report.new_blocks * block_size),
         report.old_ags,
-        report.new_ags
-    );
-    Ok(())
+        report.new_ags,
+        block_size,
+    ))
 }
 
 /// `bytes` in the largest binary unit that keeps it at least 1.

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use cairn_fs::{Filesystem, FsError};
+use cairn_fs::{Filesystem, FsError, GrowReport};
 use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
 
 /// The core, read by a request for as long as the guard lives.
@@ -70,8 +70,74 @@ impl CoreSlot {
         *self.unmounted.lock() = outcome;
     }
 
+    /// Grows the mounted filesystem to `size` bytes (the device's size if `None`; an image
+    /// file is extended first): requests wait while the core is taken out, grown (which
+    /// unmounts it cleanly) and mounted again, with every inode reference the kernel holds
+    /// carried over. Refused (`Busy`, nothing changed) while a deleted file is still open:
+    /// it sits on the unlinked list, which a mount empties.
+    pub fn grow(&self, size: Option<u64>) -> Result<GrowReport, GrowError> {
+        let mut slot = self.core.write();
+        let Some(fs) = slot.take() else {
+            return Err(GrowError::Failed(FsError::ShutDown.to_string()));
+        };
+        let held = fs.held_inodes();
+        let check = || -> Result<GrowReport, GrowError> {
+            if held.iter().any(|one| !one.linked) {
+                return Err(GrowError::Busy);
+            }
+            let grown = fs
+                .device()
+                .grow_to(size)
+                .map_err(|e| GrowError::Failed(e.to_string()));
+            let block_size = u64::from(fs.statfs().map_err(GrowError::from)?.block_size);
+            grown?;
+            let blocks = size.map_or(u64::MAX, |size| size / block_size);
+            fs.plan_grow(blocks).map_err(GrowError::from)
+        };
+        let report = match check() {
+            Ok(report) => report,
+            Err(error) => {
+                *slot = Some(fs);
+                return Err(error);
+            }
+        };
+        let (device, options) = (fs.device(), fs.options().clone());
+        let grown = fs.grow(report.new_blocks).map_err(GrowError::from);
+        match Filesystem::mount(device, options).and_then(|new| {
+            new.hold_inodes(&held)?;
+            Ok(new)
+        }) {
+            Ok(new) => *slot = Some(new),
+            Err(error) => {
+                tracing::error!(%error, "mounting again after the grow failed");
+                *self.unmounted.lock() = Unmounted::Failed(error.to_string());
+            }
+        }
+        grown
+    }
+
     /// How the core was unmounted by `unmount`.
     pub fn unmounted(&self) -> Unmounted {
         self.unmounted.lock().clone()
+    }
+}
+
+/// Why an online grow did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum GrowError {
+    #[error("a deleted file is still open; close it, or unmount and grow offline")]
+    Busy,
+    #[error(transparent)]
+    Refused(FsError),
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<FsError> for GrowError {
+    fn from(error: FsError) -> Self {
+        match error {
+            FsError::InvalidArgument(_) | FsError::ReadOnly => GrowError::Refused(error),
+            other => GrowError::Failed(other.to_string()),
+        }
     }
 }

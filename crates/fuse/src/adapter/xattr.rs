@@ -6,6 +6,7 @@ use cairn_fs::XattrFlags;
 use fuser::{Errno, ReplyXattr};
 
 use super::CairnFs;
+use crate::core::GrowError;
 use crate::errno::ToErrno;
 use crate::stats::{STATS_XATTR, render};
 
@@ -14,6 +15,11 @@ use crate::stats::{STATS_XATTR, render};
 /// `trimmed_bytes: N` / `trimmed_extents: N`. FUSE passes no FITRIM, and this is the
 /// channel `cairn stats` already uses.
 pub const TRIM_XATTR_PREFIX: &str = "system.cairn.trim.";
+/// The grow command: `getxattr` of `system.cairn.grow.SIZE_BYTES` (0: the whole device) on
+/// the mount's root (root only) grows the mounted filesystem (`CoreSlot::grow`) and answers
+/// `old_blocks`, `new_blocks`, `old_ags`, `new_ags` and `block_size` lines.
+pub const GROW_XATTR_PREFIX: &str = "system.cairn.grow.";
+
 /// The size answered to a size query of the trim command, which does not trim (tools ask
 /// for the size first; the real call then trims once).
 const TRIM_REPLY_BYTES_MAX: usize = 128;
@@ -76,8 +82,39 @@ impl CairnFs {
             let stats = self.fs().ok()?.stats();
             return Some(Ok(render(&stats, &self.requests).into_bytes()));
         }
-        let minimum = name.to_str()?.strip_prefix(TRIM_XATTR_PREFIX)?;
+        let name = name.to_str()?;
+        if let Some(bytes) = name.strip_prefix(GROW_XATTR_PREFIX) {
+            return Some(self.grow_command(uid, bytes, size));
+        }
+        let minimum = name.strip_prefix(TRIM_XATTR_PREFIX)?;
         Some(self.trim_command(uid, minimum, size))
+    }
+
+    /// Runs the grow command for `uid` to `bytes` (0: the device's size).
+    fn grow_command(&self, uid: u32, bytes: &str, size: u32) -> Result<Vec<u8>, Errno> {
+        if uid != 0 {
+            return Err(Errno::from_i32(libc::EPERM));
+        }
+        let bytes: u64 = bytes.parse().map_err(|_| Errno::from_i32(libc::EINVAL))?;
+        if size == 0 {
+            return Ok(vec![b' '; TRIM_REPLY_BYTES_MAX]);
+        }
+        let block_size = self.fs().map_err(|e| e.to_errno())?.statfs();
+        let block_size = block_size.map_err(|e| e.to_errno())?.block_size;
+        let report = self.core.grow((bytes > 0).then_some(bytes));
+        let report = report.map_err(|error| {
+            tracing::warn!(%error, "online grow refused or failed");
+            Errno::from_i32(match error {
+                GrowError::Busy => libc::EBUSY,
+                GrowError::Refused(_) => libc::EINVAL,
+                GrowError::Failed(_) => libc::EIO,
+            })
+        })?;
+        let text = format!(
+            "old_blocks: {}\nnew_blocks: {}\nold_ags: {}\nnew_ags: {}\nblock_size: {}\n",
+            report.old_blocks, report.new_blocks, report.old_ags, report.new_ags, block_size
+        );
+        Ok(text.into_bytes())
     }
 
     /// Runs the trim command for `uid` with the minimum extent size `minimum` (bytes).
