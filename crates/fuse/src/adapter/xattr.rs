@@ -20,9 +20,9 @@ pub const TRIM_XATTR_PREFIX: &str = "system.cairn.trim.";
 /// `old_blocks`, `new_blocks`, `old_ags`, `new_ags` and `block_size` lines.
 pub const GROW_XATTR_PREFIX: &str = "system.cairn.grow.";
 
-/// The size answered to a size query of the trim command, which does not trim (tools ask
-/// for the size first; the real call then trims once).
-const TRIM_REPLY_BYTES_MAX: usize = 128;
+/// The size answered to a size query of a command, which runs nothing (tools ask for the
+/// size first; the real call then runs it once).
+const COMMAND_REPLY_BYTES_MAX: usize = 128;
 
 /// Answers a getxattr or listxattr with `value`: its size when `size` is 0, the value when
 /// it fits, ERANGE when it does not.
@@ -83,22 +83,28 @@ impl CairnFs {
             return Some(Ok(render(&stats, &self.requests).into_bytes()));
         }
         let name = name.to_str()?;
-        if let Some(bytes) = name.strip_prefix(GROW_XATTR_PREFIX) {
-            return Some(self.grow_command(uid, bytes, size));
+        let (grow, argument) = match name.strip_prefix(GROW_XATTR_PREFIX) {
+            Some(bytes) => (true, bytes),
+            None => (false, name.strip_prefix(TRIM_XATTR_PREFIX)?),
+        };
+        // Commands are root's; a size query (size 0) runs nothing.
+        if uid != 0 {
+            return Some(Err(Errno::from_i32(libc::EPERM)));
         }
-        let minimum = name.strip_prefix(TRIM_XATTR_PREFIX)?;
-        Some(self.trim_command(uid, minimum, size))
+        let Ok(argument) = argument.parse::<u64>() else {
+            return Some(Err(Errno::from_i32(libc::EINVAL)));
+        };
+        if size == 0 {
+            return Some(Ok(vec![b' '; COMMAND_REPLY_BYTES_MAX]));
+        }
+        Some(match grow {
+            true => self.grow_command(argument),
+            false => self.trim_command(argument),
+        })
     }
 
-    /// Runs the grow command for `uid` to `bytes` (0: the device's size).
-    fn grow_command(&self, uid: u32, bytes: &str, size: u32) -> Result<Vec<u8>, Errno> {
-        if uid != 0 {
-            return Err(Errno::from_i32(libc::EPERM));
-        }
-        let bytes: u64 = bytes.parse().map_err(|_| Errno::from_i32(libc::EINVAL))?;
-        if size == 0 {
-            return Ok(vec![b' '; TRIM_REPLY_BYTES_MAX]);
-        }
+    /// Runs the grow command to `bytes` (0: the device's size).
+    fn grow_command(&self, bytes: u64) -> Result<Vec<u8>, Errno> {
         let block_size = self.fs().map_err(|e| e.to_errno())?.statfs();
         let block_size = block_size.map_err(|e| e.to_errno())?.block_size;
         let report = self.core.grow((bytes > 0).then_some(bytes));
@@ -117,15 +123,8 @@ impl CairnFs {
         Ok(text.into_bytes())
     }
 
-    /// Runs the trim command for `uid` with the minimum extent size `minimum` (bytes).
-    fn trim_command(&self, uid: u32, minimum: &str, size: u32) -> Result<Vec<u8>, Errno> {
-        if uid != 0 {
-            return Err(Errno::from_i32(libc::EPERM));
-        }
-        let minimum: u64 = minimum.parse().map_err(|_| Errno::from_i32(libc::EINVAL))?;
-        if size == 0 {
-            return Ok(vec![b' '; TRIM_REPLY_BYTES_MAX]);
-        }
+    /// Runs the trim command with the minimum extent size `minimum` (bytes).
+    fn trim_command(&self, minimum: u64) -> Result<Vec<u8>, Errno> {
         let report = self
             .fs()
             .and_then(|fs| fs.trim(minimum))
