@@ -19,6 +19,7 @@ static AGFL_OPS: HeaderOps = HeaderOps::new(MetaKind::Agfl);
 
 /// Byte offsets of the AGF fields the allocator changes.
 pub(crate) mod field {
+    pub const AG_LENGTH: usize = 52;
     pub const BNO_ROOT: usize = 56;
     pub const BNO_LEVELS: usize = 60;
     pub const CNT_ROOT: usize = 64;
@@ -203,6 +204,7 @@ fn agf_spec(uuid: [u8; 16], ag: AgNumber) -> ReadSpec {
 
 fn apply_field(mut agf: Agf, offset: usize, value: u32) -> Agf {
     match offset {
+        field::AG_LENGTH => agf.ag_length = value,
         field::BNO_ROOT => agf.bno_root = AgBlock(value),
         field::BNO_LEVELS => agf.bno_levels = value,
         field::CNT_ROOT => agf.cnt_root = AgBlock(value),

@@ -24,6 +24,7 @@ fn fast_config() -> ExploreConfig {
         random_per_flush: 2,
         seed: 7,
         extra_points_max: Some(6),
+        discard: false,
     }
 }
 
@@ -52,6 +53,23 @@ fn crash_every_template_once() {
     }
     let tally = suite::crash_run(&chosen, &fast_config()).unwrap();
     judge("every template once", &tally);
+}
+
+// The same templates on a mount with online discard, and a random workload: a discard may
+// only zero blocks whose free is durable and that nothing has taken again, so every crash
+// state still recovers to an allowed state with fsck clean.
+#[test]
+fn crash_with_online_discard() {
+    let all = workload::seq1();
+    let mut chosen: Vec<_> = all.iter().step_by(7).cloned().collect();
+    chosen.push(workload::random(3, 30));
+    let config = ExploreConfig {
+        discard: true,
+        ..fast_config()
+    };
+    let tally = suite::crash_run(&chosen, &config).unwrap();
+    assert!(tally.crash_states > 0);
+    judge("online discard", &tally);
 }
 
 // Explores a sample of the two-op workloads and one random workload.

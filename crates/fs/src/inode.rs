@@ -294,6 +294,11 @@ impl InodeCache {
         self.state.lock().map.len()
     }
 
+    /// Every cached inode (the cache's lock is not held while the caller looks at them).
+    pub(crate) fn all(&self) -> Vec<Arc<Inode>> {
+        self.state.lock().map.values().cloned().collect()
+    }
+
     /// The cached inode `number`, reading it from its cluster on a miss.
     pub fn get(
         &self,

@@ -24,11 +24,13 @@ mod bmap_tree;
 mod data;
 mod dir;
 mod dir_index;
+mod discard;
 mod error;
 mod extents;
 mod fallocate;
 mod fs;
 mod glue;
+mod grow;
 mod ialloc;
 mod inode;
 mod namei;
@@ -47,8 +49,10 @@ mod xattr;
 mod xattr_index;
 mod xattr_store;
 
+pub use discard::TrimReport;
 pub use error::FsError;
 pub use fs::Filesystem;
+pub use grow::{GrowReport, HeldInode, grown_geometry};
 pub use prealloc::BackgroundScan;
 pub use seek::FileExtent;
 pub use types::{

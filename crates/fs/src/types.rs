@@ -31,6 +31,8 @@ pub struct MountOptions {
     pub recover_read_only: bool,
     /// Open the device through the page cache instead of `O_DIRECT` (`mount_path` only).
     pub buffered: bool,
+    /// Online discard: give freed extents back to the device once their free is durable.
+    pub discard: bool,
 }
 
 impl Default for MountOptions {
@@ -43,6 +45,7 @@ impl Default for MountOptions {
             atime: AtimeMode::default(),
             recover_read_only: false,
             buffered: false,
+            discard: false,
         }
     }
 }

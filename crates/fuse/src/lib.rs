@@ -18,8 +18,10 @@
 //!   session ends, whether by `umount`, SIGTERM or SIGINT.
 
 pub mod adapter;
+pub mod blkmount;
 pub mod cli;
 pub mod convert;
+pub mod core;
 pub mod daemon;
 pub mod errno;
 pub mod logging;

@@ -32,9 +32,23 @@ pub enum OptionError {
     MissingValue(String),
 }
 
+/// Whether to mount as `fuseblk` (over a loop device), whose `umount` waits for the
+/// daemon to finish writing back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BlkdevMode {
+    /// `fuseblk` where possible (root, a loop device to be had, no `fsname=`), else `fuse`.
+    #[default]
+    Auto,
+    /// `fuseblk` or fail (`-o blkdev`).
+    Always,
+    /// Plain `fuse` (`-o noblkdev`).
+    Never,
+}
+
 /// Settings of the FUSE session.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FuseSettings {
+    pub blkdev: BlkdevMode,
     pub allow_other: bool,
     pub allow_root: bool,
     pub worker_threads: usize,
@@ -97,6 +111,7 @@ impl Default for MountConfig {
         Self {
             fs: MountOptions::default(),
             fuse: FuseSettings {
+                blkdev: BlkdevMode::Auto,
                 allow_other: false,
                 allow_root: false,
                 worker_threads: cores.clamp(1, THREADS_DEFAULT_MAX),
@@ -187,6 +202,10 @@ impl MountConfig {
             "strictatime" => self.fs.atime = AtimeMode::Strict,
             "recover" => self.fs.recover_read_only = true,
             "buffered" => self.fs.buffered = true,
+            "discard" => self.fs.discard = true,
+            "nodiscard" => self.fs.discard = false,
+            "blkdev" => fuse.blkdev = BlkdevMode::Always,
+            "noblkdev" => fuse.blkdev = BlkdevMode::Never,
             "allow_other" => fuse.allow_other = true,
             "allow_root" => fuse.allow_root = true,
             // Always on: the kernel checks permissions from the attributes this daemon
@@ -318,8 +337,18 @@ pub const OPTION_HELP: &[(&str, &str)] = &[
     ),
     ("logfile=PATH", "background log to PATH instead of syslog"),
     (
+        "discard / nodiscard",
+        "give freed extents back to the device (hole punch, BLKDISCARD) once their free \
+         is durable (default nodiscard; cairn trim does it on demand)",
+    ),
+    (
+        "blkdev / noblkdev",
+        "fuseblk mount over a loop device, whose umount waits for the write-back \
+         (default when root; falls back to fuse) / plain fuse mount",
+    ),
+    (
         "fsname=NAME",
-        "source name shown in /proc/mounts (default: the device path)",
+        "source name shown in /proc/mounts (a plain fuse mount; default: the device path)",
     ),
     (
         "dev/nodev, suid/nosuid, exec/noexec, sync/async, dirsync",
@@ -364,6 +393,15 @@ mod tests {
         assert_eq!(
             config.fuse.kernel_flags.mount_options(),
             vec![fuser::MountOption::NoDev]
+        );
+        assert_eq!(config.fuse.blkdev, BlkdevMode::Auto);
+        assert!(!config.fs.discard);
+        assert!(MountConfig::parse(["discard"]).unwrap().fs.discard);
+        let never = MountConfig::parse(["noblkdev"]).unwrap();
+        assert_eq!(never.fuse.blkdev, BlkdevMode::Never);
+        assert_eq!(
+            MountConfig::parse(["blkdev"]).unwrap().fuse.blkdev,
+            BlkdevMode::Always
         );
     }
 

@@ -65,7 +65,41 @@ pub(crate) struct Inner {
     shutdown: Mutex<Option<String>>,
     worker: Mutex<WorkerState>,
     worker_wake: Condvar,
+    /// Called with the sequence of each checkpoint once it is durable (`on_completion`).
+    completion_hook: HookSlot,
     pub(crate) stats: Stats,
+}
+
+/// Forces the log from another thread; see `Journal::force_handle`.
+#[derive(Debug, Clone)]
+pub struct ForceHandle(Arc<Inner>);
+
+impl ForceHandle {
+    /// Makes every commit up to `sequence` durable (as `Journal::force`), but no further
+    /// than the current context: a sequence not yet begun would never complete.
+    pub fn force(&self, sequence: CommitSequence) -> Result<(), JournalError> {
+        let current = self.0.cil.lock().sequence();
+        self.0.force(sequence.0.min(current))
+    }
+}
+
+/// What `Journal::on_completion` registers.
+pub type CompletionHook = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// The registered hook, if any (a leaf lock: the hook is cloned out before it runs).
+struct HookSlot(Mutex<Option<CompletionHook>>);
+
+impl Default for HookSlot {
+    fn default() -> Self {
+        Self(Mutex::new(Rank::Leaf, None))
+    }
+}
+
+impl std::fmt::Debug for HookSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = self.0.lock().is_some();
+        f.debug_struct("HookSlot").field("set", &set).finish()
+    }
 }
 
 /// The journal of one filesystem; see the crate documentation.
@@ -162,6 +196,7 @@ impl Journal {
             shutdown: Mutex::new(Rank::JournalState, None),
             worker: Mutex::new(Rank::JournalState, WorkerState::default()),
             worker_wake: Condvar::new(),
+            completion_hook: HookSlot::default(),
             stats: Stats::default(),
         });
         let report = recovered.report;
@@ -194,6 +229,21 @@ impl Journal {
     pub fn force_all(&self) -> Result<(), JournalError> {
         let current = self.inner.cil.lock().sequence();
         self.inner.force(current)
+    }
+
+    /// Registers `hook`, called with a checkpoint's sequence each time one becomes durable
+    /// (what online discard waits for: the frees it commits can no longer be undone). It
+    /// runs on whichever thread completed the checkpoint, with no journal lock held, but
+    /// possibly inside a log force of a caller holding buffer or allocator locks: it must
+    /// not take those, nor wait for the journal. Replaces any earlier hook.
+    pub fn on_completion(&self, hook: CompletionHook) {
+        *self.inner.completion_hook.0.lock() = Some(hook);
+    }
+
+    /// A handle that can force the log from another thread (the discard thread, which
+    /// holds no lock). It must not be used once `unmount` has begun.
+    pub fn force_handle(&self) -> ForceHandle {
+        ForceHandle(Arc::clone(&self.inner))
     }
 
     /// Every commit whose sequence is at most this is on stable storage.
@@ -540,6 +590,10 @@ impl Inner {
         *completed = (*completed).max(context.sequence);
         drop(completed);
         self.completed_changed.notify_all();
+        let hook = self.completion_hook.0.lock().clone();
+        if let Some(hook) = hook {
+            hook(context.sequence);
+        }
         Ok(())
     }
 

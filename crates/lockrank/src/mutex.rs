@@ -118,6 +118,12 @@ impl<'a, T: ?Sized> MutexGuard<'a, T> {
         condvar.wait(&mut self.guard);
     }
 
+    /// Runs `f` with the lock released (parking_lot's `MutexGuard::unlocked`), for a short
+    /// wait such as a sleep. The lock stays recorded as held: `f` must take no ranked lock.
+    pub fn unlocked<U>(guard: &mut Self, f: impl FnOnce() -> U) -> U {
+        parking_lot::MutexGuard::unlocked(&mut guard.guard, f)
+    }
+
     /// `wait`, for at most `timeout`.
     pub fn wait_for(&mut self, condvar: &Condvar, timeout: Duration) -> WaitTimeoutResult {
         condvar.wait_for(&mut self.guard, timeout)

@@ -32,9 +32,19 @@ impl fuser::Filesystem for CairnFs {
         Ok(())
     }
 
+    /// A fuseblk unmount: the kernel's `umount` waits for this request's reply, so the
+    /// filesystem is written back, its log left clean and its device closed first.
+    fn destroy_requested(&self) {
+        tracing::info!("FUSE_DESTROY: unmounting the filesystem before umount returns");
+        self.core.unmount();
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _timer = self.requests.start(Op::Lookup);
-        match self.fs.lookup(self.inode(parent), name_bytes(name)) {
+        match self
+            .fs()
+            .and_then(|fs| fs.lookup(self.inode(parent), name_bytes(name)))
+        {
             Ok(attr) => self.reply_entry(reply, &attr),
             Err(FsError::NotFound) => self.reply_negative(reply),
             Err(error) => reply.error(self.fail(Op::Lookup, &error)),
@@ -43,12 +53,12 @@ impl fuser::Filesystem for CairnFs {
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         let _timer = self.requests.start(Op::Forget);
-        self.fs.forget(self.inode(ino), nlookup);
+        self.drop_reference(self.inode(ino), nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _timer = self.requests.start(Op::Getattr);
-        match self.fs.getattr(self.inode(ino)) {
+        match self.fs().and_then(|fs| fs.getattr(self.inode(ino))) {
             Ok(attr) => reply.attr(&self.settings.attr_timeout, &self.fuse_attr(&attr)),
             Err(error) => reply.error(self.fail(Op::Getattr, &error)),
         }
@@ -75,8 +85,8 @@ impl fuser::Filesystem for CairnFs {
         let _timer = self.requests.start(Op::Setattr);
         let changes = set_attr(mode, uid, gid, size, (atime, mtime), ctime, fh);
         match self
-            .fs
-            .setattr(self.inode(ino), &changes, &credentials(req))
+            .fs()
+            .and_then(|fs| fs.setattr(self.inode(ino), &changes, &credentials(req)))
         {
             Ok(attr) => reply.attr(&self.settings.attr_timeout, &self.fuse_attr(&attr)),
             Err(error) => reply.error(self.fail(Op::Setattr, &error)),
@@ -85,7 +95,7 @@ impl fuser::Filesystem for CairnFs {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         let _timer = self.requests.start(Op::Readlink);
-        match self.fs.readlink(self.inode(ino)) {
+        match self.fs().and_then(|fs| fs.readlink(self.inode(ino))) {
             Ok(target) => reply.data(&target),
             Err(error) => reply.error(self.fail(Op::Readlink, &error)),
         }
@@ -109,7 +119,10 @@ impl fuser::Filesystem for CairnFs {
         let parent = self.inode(parent);
         let who = credentials_with_umask(req, umask);
         let (name, bits) = (name_bytes(name), permission_bits(mode));
-        match self.fs.create(parent, name, kind, bits, rdev, &who) {
+        match self
+            .fs()
+            .and_then(|fs| fs.create(parent, name, kind, bits, rdev, &who))
+        {
             Ok(attr) => self.reply_entry(reply, &attr),
             Err(error) => reply.error(self.fail(Op::Mknod, &error)),
         }
@@ -128,8 +141,8 @@ impl fuser::Filesystem for CairnFs {
         let who = credentials_with_umask(req, umask);
         let parent = self.inode(parent);
         match self
-            .fs
-            .mkdir(parent, name_bytes(name), permission_bits(mode), &who)
+            .fs()
+            .and_then(|fs| fs.mkdir(parent, name_bytes(name), permission_bits(mode), &who))
         {
             Ok(attr) => self.reply_entry(reply, &attr),
             Err(error) => reply.error(self.fail(Op::Mkdir, &error)),
@@ -139,8 +152,8 @@ impl fuser::Filesystem for CairnFs {
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timer = self.requests.start(Op::Unlink);
         match self
-            .fs
-            .unlink(self.inode(parent), name_bytes(name), &credentials(req))
+            .fs()
+            .and_then(|fs| fs.unlink(self.inode(parent), name_bytes(name), &credentials(req)))
         {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Unlink, &error)),
@@ -150,8 +163,8 @@ impl fuser::Filesystem for CairnFs {
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timer = self.requests.start(Op::Rmdir);
         match self
-            .fs
-            .rmdir(self.inode(parent), name_bytes(name), &credentials(req))
+            .fs()
+            .and_then(|fs| fs.rmdir(self.inode(parent), name_bytes(name), &credentials(req)))
         {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Rmdir, &error)),
@@ -169,7 +182,10 @@ impl fuser::Filesystem for CairnFs {
         let _timer = self.requests.start(Op::Symlink);
         let target = target.as_os_str().as_encoded_bytes();
         let (parent, who) = (self.inode(parent), credentials(req));
-        match self.fs.symlink(parent, name_bytes(link_name), target, &who) {
+        match self
+            .fs()
+            .and_then(|fs| fs.symlink(parent, name_bytes(link_name), target, &who))
+        {
             Ok(attr) => self.reply_entry(reply, &attr),
             Err(error) => reply.error(self.fail(Op::Symlink, &error)),
         }
@@ -193,8 +209,8 @@ impl fuser::Filesystem for CairnFs {
         let (from, to) = (self.inode(parent), self.inode(newparent));
         let (name, newname) = (name_bytes(name), name_bytes(newname));
         match self
-            .fs
-            .rename(from, name, to, newname, mode, &credentials(req))
+            .fs()
+            .and_then(|fs| fs.rename(from, name, to, newname, mode, &credentials(req)))
         {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Rename, &error)),
@@ -212,8 +228,8 @@ impl fuser::Filesystem for CairnFs {
         let _timer = self.requests.start(Op::Link);
         let (inode, parent) = (self.inode(ino), self.inode(newparent));
         match self
-            .fs
-            .link(inode, parent, name_bytes(newname), &credentials(req))
+            .fs()
+            .and_then(|fs| fs.link(inode, parent, name_bytes(newname), &credentials(req)))
         {
             Ok(attr) => self.reply_entry(reply, &attr),
             Err(error) => reply.error(self.fail(Op::Link, &error)),
@@ -224,13 +240,15 @@ impl fuser::Filesystem for CairnFs {
         let _timer = self.requests.start(Op::Open);
         let mode = open_mode(flags.0);
         let who = credentials(req);
-        match self.fs.open(
-            self.inode(ino),
-            mode.write,
-            mode.truncate,
-            mode.direct,
-            &who,
-        ) {
+        match self.fs().and_then(|fs| {
+            fs.open(
+                self.inode(ino),
+                mode.write,
+                mode.truncate,
+                mode.direct,
+                &who,
+            )
+        }) {
             Ok(file) => reply.opened(FileHandle(file.handle), fopen_flags(mode)),
             Err(error) => reply.error(self.fail(Op::Open, &error)),
         }
@@ -248,7 +266,10 @@ impl fuser::Filesystem for CairnFs {
         reply: ReplyData,
     ) {
         let _timer = self.requests.start(Op::Read);
-        match self.fs.read(self.inode(ino), offset, size) {
+        match self
+            .fs()
+            .and_then(|fs| fs.read(self.inode(ino), offset, size))
+        {
             Ok(data) => reply.data(&data),
             Err(error) => reply.error(self.fail(Op::Read, &error)),
         }
@@ -270,13 +291,11 @@ impl fuser::Filesystem for CairnFs {
         // FUSE_HANDLE_KILLPRIV_V2: the kernel marks writes by a process without
         // CAP_FSETID, and leaves clearing the set-ID bits to us.
         let inode = self.inode(ino);
-        let written = match write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            true => {
-                let writer = credentials(req);
-                self.fs.write_clearing_set_id(inode, offset, data, &writer)
-            }
-            false => self.fs.write(inode, offset, data),
-        };
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let written = self.fs().and_then(|fs| match kill {
+            true => fs.write_clearing_set_id(inode, offset, data, &credentials(req)),
+            false => fs.write(inode, offset, data),
+        });
         match written {
             Ok(written) => reply.written(written),
             Err(error) => reply.error(self.fail(Op::Write, &error)),
@@ -312,7 +331,7 @@ impl fuser::Filesystem for CairnFs {
             inode: self.inode(ino),
             handle: fh.0,
         };
-        match self.fs.release(file) {
+        match self.fs().and_then(|fs| fs.release(file)) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Release, &error)),
         }
@@ -320,7 +339,7 @@ impl fuser::Filesystem for CairnFs {
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, data: bool, reply: ReplyEmpty) {
         let _timer = self.requests.start(Op::Fsync);
-        match self.fs.fsync(self.inode(ino), data) {
+        match self.fs().and_then(|fs| fs.fsync(self.inode(ino), data)) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Fsync, &error)),
         }
@@ -328,7 +347,7 @@ impl fuser::Filesystem for CairnFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _timer = self.requests.start(Op::Opendir);
-        match self.fs.getattr(self.inode(ino)) {
+        match self.fs().and_then(|fs| fs.getattr(self.inode(ino))) {
             Ok(attr) if attr.kind == FileKind::Directory => {
                 // Listings are stateless (cookies), and the kernel may cache them: it drops
                 // the cache itself when an entry changes through this mount.
@@ -391,7 +410,7 @@ impl fuser::Filesystem for CairnFs {
         reply: ReplyEmpty,
     ) {
         let _timer = self.requests.start(Op::Fsyncdir);
-        match self.fs.fsync(self.inode(ino), datasync) {
+        match self.fs().and_then(|fs| fs.fsync(self.inode(ino), datasync)) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Fsyncdir, &error)),
         }
@@ -399,7 +418,7 @@ impl fuser::Filesystem for CairnFs {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let _timer = self.requests.start(Op::Statfs);
-        match self.fs.statfs() {
+        match self.fs().and_then(|fs| fs.statfs()) {
             Ok(s) => reply.statfs(
                 s.blocks,
                 s.blocks_free,
@@ -433,8 +452,8 @@ impl fuser::Filesystem for CairnFs {
         };
         let (inode, who) = (self.inode(ino), credentials(req));
         match self
-            .fs
-            .setxattr(inode, name_bytes(name), value, flags, &who)
+            .fs()
+            .and_then(|fs| fs.setxattr(inode, name_bytes(name), value, flags, &who))
         {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Setxattr, &error)),
@@ -444,13 +463,18 @@ impl fuser::Filesystem for CairnFs {
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _timer = self.requests.start(Op::Getxattr);
         let inode = self.inode(ino);
-        if let Some(value) = self.reserved_value(inode, name) {
-            return reply_value(reply, size, &value);
+        match self.reserved_value(req.uid(), inode, name, size) {
+            Some(Ok(value)) => return reply_value(reply, size, &value),
+            Some(Err(errno)) => return reply.error(self.refuse(Op::Getxattr, errno)),
+            None => {}
         }
         if is_reserved(name) {
             return reply.error(self.refuse(Op::Getxattr, errno(libc::ENODATA)));
         }
-        match self.fs.getxattr(inode, name_bytes(name), &credentials(req)) {
+        match self
+            .fs()
+            .and_then(|fs| fs.getxattr(inode, name_bytes(name), &credentials(req)))
+        {
             Ok(value) => reply_value(reply, size, &value),
             // Absent attributes are the common case (security.capability on every write).
             Err(FsError::NoData) => reply.error(errno(libc::ENODATA)),
@@ -460,7 +484,10 @@ impl fuser::Filesystem for CairnFs {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let _timer = self.requests.start(Op::Listxattr);
-        match self.fs.listxattr(self.inode(ino), &credentials(req)) {
+        match self
+            .fs()
+            .and_then(|fs| fs.listxattr(self.inode(ino), &credentials(req)))
+        {
             Ok(names) => reply_value(reply, size, &name_list(&names)),
             Err(error) => reply.error(self.fail(Op::Listxattr, &error)),
         }
@@ -472,8 +499,8 @@ impl fuser::Filesystem for CairnFs {
             return reply.error(self.refuse(Op::Removexattr, errno(libc::EPERM)));
         }
         match self
-            .fs
-            .removexattr(self.inode(ino), name_bytes(name), &credentials(req))
+            .fs()
+            .and_then(|fs| fs.removexattr(self.inode(ino), name_bytes(name), &credentials(req)))
         {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Removexattr, &error)),
@@ -483,7 +510,10 @@ impl fuser::Filesystem for CairnFs {
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let _timer = self.requests.start(Op::Access);
         let mask = (mask.bits() & 7) as u32;
-        match self.fs.access(self.inode(ino), mask, &credentials(req)) {
+        match self
+            .fs()
+            .and_then(|fs| fs.access(self.inode(ino), mask, &credentials(req)))
+        {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Access, &error)),
         }
@@ -505,27 +535,31 @@ impl fuser::Filesystem for CairnFs {
             return;
         };
         let (parent, who) = (self.inode(parent), credentials_with_umask(req, umask));
-        let attr = match self.fs.create(
-            parent,
-            name_bytes(name),
-            kind,
-            permission_bits(mode),
-            0,
-            &who,
-        ) {
+        let attr = match self.fs().and_then(|fs| {
+            fs.create(
+                parent,
+                name_bytes(name),
+                kind,
+                permission_bits(mode),
+                0,
+                &who,
+            )
+        }) {
             Ok(attr) => attr,
             Err(error) => return reply.error(self.fail(Op::Create, &error)),
         };
         // The creator may open what it made whatever the new mode says (open(2) with
         // O_CREAT on a new file checks no permission), hence root credentials here.
         let open = open_mode(flags);
-        match self.fs.open(
-            attr.inode,
-            open.write,
-            false,
-            open.direct,
-            &Credentials::root(),
-        ) {
+        match self.fs().and_then(|fs| {
+            fs.open(
+                attr.inode,
+                open.write,
+                false,
+                open.direct,
+                &Credentials::root(),
+            )
+        }) {
             Ok(file) => {
                 let generation = fuser::Generation(u64::from(attr.generation));
                 let fuse_attr = self.fuse_attr(&attr);
@@ -534,7 +568,7 @@ impl fuser::Filesystem for CairnFs {
                 reply.created(&ttl, &fuse_attr, generation, handle, fopen_flags(open));
             }
             Err(error) => {
-                self.fs.forget(attr.inode, 1);
+                self.drop_reference(attr.inode, 1);
                 reply.error(self.fail(Op::Create, &error));
             }
         }
@@ -557,8 +591,8 @@ impl fuser::Filesystem for CairnFs {
         };
         let who = credentials(req);
         match self
-            .fs
-            .fallocate_by(self.inode(ino), offset, length, mode, &who)
+            .fs()
+            .and_then(|fs| fs.fallocate_by(self.inode(ino), offset, length, mode, &who))
         {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Fallocate, &error)),
@@ -579,7 +613,9 @@ impl fuser::Filesystem for CairnFs {
             reply.error(self.refuse(Op::Lseek, errno(libc::EINVAL)));
             return;
         };
-        let found = self.fs.seek(self.inode(ino), offset, kind);
+        let found = self
+            .fs()
+            .and_then(|fs| fs.seek(self.inode(ino), offset, kind));
         match found.map(i64::try_from) {
             Ok(Ok(found)) => reply.offset(found),
             Ok(Err(_)) => reply.error(self.refuse(Op::Lseek, errno(libc::EOVERFLOW))),
@@ -603,7 +639,10 @@ impl fuser::Filesystem for CairnFs {
         let _timer = self.requests.start(Op::CopyFileRange);
         let source = (self.inode(ino_in), offset_in);
         let target = (self.inode(ino_out), offset_out);
-        match copy_range(&self.fs, source, target, len) {
+        match self
+            .fs()
+            .and_then(|fs| copy_range(&fs, source, target, len))
+        {
             Ok(copied) => reply.written(copied),
             Err(error) => reply.error(self.fail(Op::CopyFileRange, &error)),
         }

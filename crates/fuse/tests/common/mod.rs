@@ -321,3 +321,30 @@ pub fn sh_as(id: Option<u32>, dir: &Path, script: &str) -> String {
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// A private name for the built binary in /usr/local/sbin, where mount.fuse3 finds the
+/// program a `fuse.NAME` type names; removed on drop. Private to this test process, so
+/// concurrent runs from other checkouts cannot swap it for their build.
+pub struct HelperName {
+    link: PathBuf,
+    pub name: String,
+}
+
+impl HelperName {
+    pub fn new() -> HelperName {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let serial = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("cairn-test-{}-{serial}", std::process::id());
+        let link = Path::new("/usr/local/sbin").join(&name);
+        std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(cairn_bin(), &link).unwrap();
+        HelperName { link, name }
+    }
+}
+
+impl Drop for HelperName {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.link);
+    }
+}
