@@ -187,6 +187,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
         "cairn mounted"
     );
     spawn_signal_thread(signals, unmounter);
+    let watchdog = crate::watchdog::Watchdog::spawn(Arc::clone(&requests));
     // Closing the pipe (dropping it here) is what lets the parent exit.
     if let Some(mut pipe) = ready.take() {
         let _ = pipe.write_all(READY.as_bytes());
@@ -194,6 +195,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
         detach_stdio();
     }
     let served = session.run();
+    drop(watchdog);
     tracing::info!(mountpoint = %request.mountpoint.display(), "FUSE session ended");
     let unmounted = finish(&core);
     if let Err(source) = served {

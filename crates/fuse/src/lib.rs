@@ -28,6 +28,7 @@ pub mod logging;
 pub mod man;
 pub mod options;
 pub mod stats;
+pub mod watchdog;
 
 pub use adapter::CairnFs;
 pub use errno::ToErrno;

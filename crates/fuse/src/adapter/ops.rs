@@ -40,7 +40,7 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let _timer = self.requests.start(Op::Lookup);
+        let _timer = self.requests.start(Op::Lookup, parent.0);
         match self
             .fs()
             .and_then(|fs| fs.lookup(self.inode(parent), name_bytes(name)))
@@ -52,12 +52,12 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        let _timer = self.requests.start(Op::Forget);
+        let _timer = self.requests.start(Op::Forget, ino.0);
         self.drop_reference(self.inode(ino), nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let _timer = self.requests.start(Op::Getattr);
+        let _timer = self.requests.start(Op::Getattr, ino.0);
         match self.fs().and_then(|fs| fs.getattr(self.inode(ino))) {
             Ok(attr) => reply.attr(&self.settings.attr_timeout, &self.fuse_attr(&attr)),
             Err(error) => reply.error(self.fail(Op::Getattr, &error)),
@@ -82,7 +82,7 @@ impl fuser::Filesystem for CairnFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let _timer = self.requests.start(Op::Setattr);
+        let _timer = self.requests.start(Op::Setattr, ino.0);
         let changes = set_attr(mode, uid, gid, size, (atime, mtime), ctime, fh);
         match self
             .fs()
@@ -94,7 +94,7 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let _timer = self.requests.start(Op::Readlink);
+        let _timer = self.requests.start(Op::Readlink, ino.0);
         match self.fs().and_then(|fs| fs.readlink(self.inode(ino))) {
             Ok(target) => reply.data(&target),
             Err(error) => reply.error(self.fail(Op::Readlink, &error)),
@@ -111,7 +111,7 @@ impl fuser::Filesystem for CairnFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let _timer = self.requests.start(Op::Mknod);
+        let _timer = self.requests.start(Op::Mknod, parent.0);
         let Some(kind) = kind_of_mode(mode) else {
             reply.error(self.refuse(Op::Mknod, errno(libc::EINVAL)));
             return;
@@ -137,7 +137,7 @@ impl fuser::Filesystem for CairnFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let _timer = self.requests.start(Op::Mkdir);
+        let _timer = self.requests.start(Op::Mkdir, parent.0);
         let who = credentials_with_umask(req, umask);
         let parent = self.inode(parent);
         match self
@@ -150,7 +150,7 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _timer = self.requests.start(Op::Unlink);
+        let _timer = self.requests.start(Op::Unlink, parent.0);
         match self
             .fs()
             .and_then(|fs| fs.unlink(self.inode(parent), name_bytes(name), &credentials(req)))
@@ -161,7 +161,7 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _timer = self.requests.start(Op::Rmdir);
+        let _timer = self.requests.start(Op::Rmdir, parent.0);
         match self
             .fs()
             .and_then(|fs| fs.rmdir(self.inode(parent), name_bytes(name), &credentials(req)))
@@ -179,7 +179,7 @@ impl fuser::Filesystem for CairnFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let _timer = self.requests.start(Op::Symlink);
+        let _timer = self.requests.start(Op::Symlink, parent.0);
         let target = target.as_os_str().as_encoded_bytes();
         let (parent, who) = (self.inode(parent), credentials(req));
         match self
@@ -201,7 +201,7 @@ impl fuser::Filesystem for CairnFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.requests.start(Op::Rename);
+        let _timer = self.requests.start(Op::Rename, parent.0);
         let Some(mode) = rename_mode(flags) else {
             reply.error(self.refuse(Op::Rename, errno(libc::EINVAL)));
             return;
@@ -225,7 +225,7 @@ impl fuser::Filesystem for CairnFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let _timer = self.requests.start(Op::Link);
+        let _timer = self.requests.start(Op::Link, ino.0);
         let (inode, parent) = (self.inode(ino), self.inode(newparent));
         match self
             .fs()
@@ -237,7 +237,7 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let _timer = self.requests.start(Op::Open);
+        let _timer = self.requests.start(Op::Open, ino.0);
         let mode = open_mode(flags.0);
         let who = credentials(req);
         match self.fs().and_then(|fs| {
@@ -265,7 +265,7 @@ impl fuser::Filesystem for CairnFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let _timer = self.requests.start(Op::Read);
+        let _timer = self.requests.start(Op::Read, ino.0);
         match self
             .fs()
             .and_then(|fs| fs.read(self.inode(ino), offset, size))
@@ -287,7 +287,7 @@ impl fuser::Filesystem for CairnFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let _timer = self.requests.start(Op::Write);
+        let _timer = self.requests.start(Op::Write, ino.0);
         // FUSE_HANDLE_KILLPRIV_V2: the kernel marks writes by a process without
         // CAP_FSETID, and leaves clearing the set-ID bits to us.
         let inode = self.inode(ino);
@@ -305,14 +305,14 @@ impl fuser::Filesystem for CairnFs {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         // Writes reach the filesystem before their replies (the kernel flushes its dirty
         // pages before sending flush), so there is nothing left to push here.
-        let _timer = self.requests.start(Op::Flush);
+        let _timer = self.requests.start(Op::Flush, ino.0);
         reply.ok();
     }
 
@@ -326,7 +326,7 @@ impl fuser::Filesystem for CairnFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.requests.start(Op::Release);
+        let _timer = self.requests.start(Op::Release, ino.0);
         let file = OpenFile {
             inode: self.inode(ino),
             handle: fh.0,
@@ -338,7 +338,7 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, data: bool, reply: ReplyEmpty) {
-        let _timer = self.requests.start(Op::Fsync);
+        let _timer = self.requests.start(Op::Fsync, ino.0);
         match self.fs().and_then(|fs| fs.fsync(self.inode(ino), data)) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Fsync, &error)),
@@ -346,7 +346,7 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let _timer = self.requests.start(Op::Opendir);
+        let _timer = self.requests.start(Op::Opendir, ino.0);
         match self.fs().and_then(|fs| fs.getattr(self.inode(ino))) {
             Ok(attr) if attr.kind == FileKind::Directory => {
                 // Listings are stateless (cookies), and the kernel may cache them: it drops
@@ -367,7 +367,7 @@ impl fuser::Filesystem for CairnFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let _timer = self.requests.start(Op::Readdir);
+        let _timer = self.requests.start(Op::Readdir, ino.0);
         match self.fill_readdir(self.inode(ino), offset, &mut reply) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Readdir, &error)),
@@ -382,7 +382,7 @@ impl fuser::Filesystem for CairnFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let _timer = self.requests.start(Op::Readdirplus);
+        let _timer = self.requests.start(Op::Readdirplus, ino.0);
         match self.fill_readdirplus(self.inode(ino), offset, &mut reply) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Readdirplus, &error)),
@@ -392,12 +392,12 @@ impl fuser::Filesystem for CairnFs {
     fn releasedir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.requests.start(Op::Releasedir);
+        let _timer = self.requests.start(Op::Releasedir, ino.0);
         reply.ok();
     }
 
@@ -409,15 +409,15 @@ impl fuser::Filesystem for CairnFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.requests.start(Op::Fsyncdir);
+        let _timer = self.requests.start(Op::Fsyncdir, ino.0);
         match self.fs().and_then(|fs| fs.fsync(self.inode(ino), datasync)) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Fsyncdir, &error)),
         }
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let _timer = self.requests.start(Op::Statfs);
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let _timer = self.requests.start(Op::Statfs, ino.0);
         match self.fs().and_then(|fs| fs.statfs()) {
             Ok(s) => reply.statfs(
                 s.blocks,
@@ -443,7 +443,7 @@ impl fuser::Filesystem for CairnFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.requests.start(Op::Setxattr);
+        let _timer = self.requests.start(Op::Setxattr, ino.0);
         if is_reserved(name) {
             return reply.error(self.refuse(Op::Setxattr, errno(libc::EPERM)));
         }
@@ -461,7 +461,7 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let _timer = self.requests.start(Op::Getxattr);
+        let _timer = self.requests.start(Op::Getxattr, ino.0);
         let inode = self.inode(ino);
         match self.reserved_value(req.uid(), inode, name, size) {
             Some(Ok(value)) => return reply_value(reply, size, &value),
@@ -483,7 +483,7 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let _timer = self.requests.start(Op::Listxattr);
+        let _timer = self.requests.start(Op::Listxattr, ino.0);
         match self
             .fs()
             .and_then(|fs| fs.listxattr(self.inode(ino), &credentials(req)))
@@ -494,7 +494,7 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _timer = self.requests.start(Op::Removexattr);
+        let _timer = self.requests.start(Op::Removexattr, ino.0);
         if is_reserved(name) {
             return reply.error(self.refuse(Op::Removexattr, errno(libc::EPERM)));
         }
@@ -508,7 +508,7 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let _timer = self.requests.start(Op::Access);
+        let _timer = self.requests.start(Op::Access, ino.0);
         let mask = (mask.bits() & 7) as u32;
         match self
             .fs()
@@ -529,7 +529,7 @@ impl fuser::Filesystem for CairnFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let _timer = self.requests.start(Op::Create);
+        let _timer = self.requests.start(Op::Create, parent.0);
         let Some(kind) = kind_of_mode(mode) else {
             reply.error(self.refuse(Op::Create, errno(libc::EINVAL)));
             return;
@@ -584,7 +584,7 @@ impl fuser::Filesystem for CairnFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.requests.start(Op::Fallocate);
+        let _timer = self.requests.start(Op::Fallocate, ino.0);
         let Some(mode) = fallocate_mode(mode) else {
             reply.error(self.refuse(Op::Fallocate, errno(libc::EOPNOTSUPP)));
             return;
@@ -608,7 +608,7 @@ impl fuser::Filesystem for CairnFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        let _timer = self.requests.start(Op::Lseek);
+        let _timer = self.requests.start(Op::Lseek, ino.0);
         let (Some(kind), Ok(offset)) = (seek_kind(whence), u64::try_from(offset)) else {
             reply.error(self.refuse(Op::Lseek, errno(libc::EINVAL)));
             return;
@@ -636,7 +636,7 @@ impl fuser::Filesystem for CairnFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let _timer = self.requests.start(Op::CopyFileRange);
+        let _timer = self.requests.start(Op::CopyFileRange, ino_in.0);
         let source = (self.inode(ino_in), offset_in);
         let target = (self.inode(ino_out), offset_out);
         match self
