@@ -11,9 +11,12 @@ use clap::Parser;
 /// How long a daemon may take to write everything back and exit after an unmount.
 const EXIT_WAIT: Duration = Duration::from_secs(120);
 
-/// The built `cairn` binary.
+/// The built `cairn` binary, or `CAIRN_BIN` (long runs use a copy that later builds leave
+/// alone).
 pub fn cairn_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_cairn"))
+    std::env::var_os("CAIRN_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cairn")))
 }
 
 /// Runs `program args` and returns its output (a missing program panics with its name).
