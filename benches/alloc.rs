@@ -595,7 +595,7 @@ fn busy_phase(fs: &Fs, pieces: &[(u64, u32)]) {
 fn busy_trim(pieces: &[(u64, u32)]) -> BusyExtents {
     let mut busy = BusyExtents::new();
     for (n, (start, length)) in pieces.iter().enumerate() {
-        busy.insert(*start as u32, *length, n as u64);
+        busy.insert(*start as u32, *length, n as u64, false);
     }
     let mut rng = Rng(41);
     let (mut times, mut visits) = (Vec::new(), Vec::new());

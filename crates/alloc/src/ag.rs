@@ -6,7 +6,7 @@
 use cairn_btree::{BnoCodec, Btree, Buffers, CntCodec, TreeContext, TreeError, TreeSpec};
 use cairn_bufcache::{BufGuard, HeaderOps, ReadSpec};
 use cairn_format::agfl::{agfl_capacity, agfl_entry, agfl_slot_offset};
-use cairn_format::limits::{AG_AGF_BLOCK, AG_AGFL_BLOCK, AG_AGI_BLOCK};
+use cairn_format::limits::{AG_AGF_BLOCK, AG_AGFL_BLOCK};
 use cairn_format::ondisk::put_u32;
 use cairn_format::types::NULL_AG_BLOCK;
 use cairn_format::{AgBlock, AgNumber, Agf, FsBlock, Geometry, MetaKind, OnDisk};
@@ -19,6 +19,7 @@ static AGFL_OPS: HeaderOps = HeaderOps::new(MetaKind::Agfl);
 
 /// Byte offsets of the AGF fields the allocator changes.
 pub(crate) mod field {
+    pub const AG_LENGTH: usize = 52;
     pub const BNO_ROOT: usize = 56;
     pub const BNO_LEVELS: usize = 60;
     pub const CNT_ROOT: usize = 64;
@@ -195,11 +196,6 @@ pub(crate) fn agf_block(geometry: &Geometry, ag: AgNumber) -> FsBlock {
     FsBlock(geometry.ag_start(ag.0) + u64::from(AG_AGF_BLOCK))
 }
 
-/// The block of AG `ag`'s inode header (the filesystem's inode allocator locks it).
-pub(crate) fn agi_block(geometry: &Geometry, ag: AgNumber) -> FsBlock {
-    FsBlock(geometry.ag_start(ag.0) + u64::from(AG_AGI_BLOCK))
-}
-
 fn agf_spec(uuid: [u8; 16], ag: AgNumber) -> ReadSpec {
     ReadSpec::new(&AGF_OPS, uuid)
         .with_owner(u64::from(ag.0))
@@ -208,6 +204,7 @@ fn agf_spec(uuid: [u8; 16], ag: AgNumber) -> ReadSpec {
 
 fn apply_field(mut agf: Agf, offset: usize, value: u32) -> Agf {
     match offset {
+        field::AG_LENGTH => agf.ag_length = value,
         field::BNO_ROOT => agf.bno_root = AgBlock(value),
         field::BNO_LEVELS => agf.bno_levels = value,
         field::CNT_ROOT => agf.cnt_root = AgBlock(value),

@@ -16,13 +16,14 @@
 //! the AGF, another transaction held the mutex and waited for that AGF.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use cairn_btree::Buffers;
-use cairn_format::{AgNumber, FsBlock, Geometry};
-use parking_lot::Mutex;
+use cairn_btree::{Buffers, Lookup};
+use cairn_format::{AgBlock, AgNumber, BnoKey, FsBlock, Geometry};
+use cairn_lockrank::{Mutex, MutexGuard, Rank};
 
 use crate::AllocError;
-use crate::ag::{AgCtx, agf_block, agi_block};
+use crate::ag::{AgCtx, agf_block};
 use crate::busy::{BusyExtents, LogSequence};
 use crate::counters::OpCounters;
 use crate::request::{Allocation, Mode, Request};
@@ -36,8 +37,16 @@ pub(crate) struct AgState {
     pub busy: BusyExtents,
 }
 
+/// What one `trim_ag` call took: the ranges `(AG block, length)` marked for discard, and
+/// where the next call starts (`None` at the end of the AG).
+pub type TrimBatch = (Vec<(u32, u32)>, Option<u32>);
+
 /// `longest_hints` value of an AG not read yet.
 const HINT_UNKNOWN: u32 = u32::MAX;
+/// Longest an allocation short of space waits for discards in progress to finish.
+const DISCARD_WAIT_MAX: Duration = Duration::from_secs(30);
+/// How often it looks again while waiting.
+const DISCARD_WAIT_SLICE: Duration = Duration::from_millis(1);
 
 /// Counters of the allocator (monotonic, relaxed).
 #[derive(Debug, Default)]
@@ -84,6 +93,8 @@ pub struct Allocator {
     free_hints: Vec<AtomicU32>,
     /// Free blocks each AG keeps for requests with `use_reserve` (see `with_ag_reserve`).
     ag_reserve: u32,
+    /// Freed ranges wait for a discard before they are reused (`with_discard`).
+    discard: bool,
     stats: Stats,
 }
 
@@ -91,7 +102,7 @@ impl Allocator {
     pub fn new(geometry: Geometry, uuid: [u8; 16]) -> Self {
         Self {
             ags: (0..geometry.ag_count)
-                .map(|_| Mutex::new(AgState::default()))
+                .map(|_| Mutex::new(Rank::AllocAg, AgState::default()))
                 .collect(),
             longest_hints: (0..geometry.ag_count)
                 .map(|_| AtomicU32::new(HINT_UNKNOWN))
@@ -102,6 +113,7 @@ impl Allocator {
             geometry,
             uuid,
             ag_reserve: 0,
+            discard: false,
             stats: Stats::default(),
         }
     }
@@ -112,6 +124,15 @@ impl Allocator {
     #[must_use]
     pub fn with_ag_reserve(mut self, blocks: u32) -> Self {
         self.ag_reserve = blocks;
+        self
+    }
+
+    /// The same allocator with online discard: every freed range stays busy until it has
+    /// been discarded (`take_discards`, `finish_discards`), which may happen only once its
+    /// free is durable.
+    #[must_use]
+    pub fn with_discard(mut self, discard: bool) -> Self {
+        self.discard = discard;
         self
     }
 
@@ -180,20 +201,15 @@ impl Allocator {
         }
     }
 
-    /// The lowest AG the context may lock: `lowest` raised to the highest AG whose AGF or AGI
-    /// it already holds (from earlier calls of the same transaction, or the inode allocator's
-    /// AGI), so AG locks ascend across the whole transaction whatever floor the caller
-    /// tracked. A create holds its inode's AGI: its directory block may not come from a lower
-    /// AG, whose AGF another create may hold while it waits for that AGI.
+    /// The lowest AG the context may lock: `lowest` raised to the highest AG whose AGF it
+    /// already holds (from earlier calls of the same transaction), so AGF locks ascend across
+    /// the whole transaction whatever floor the caller tracked. AGIs put no floor on AGFs:
+    /// every AGI is taken before every AGF (docs/alloc.md, lock order).
     fn floor<'c, B: Buffers<'c>>(&self, bufs: &mut B, lowest: AgNumber) -> u32 {
         let lowest = lowest.0.min(self.geometry.ag_count);
         (lowest..self.geometry.ag_count)
             .rev()
-            .find(|&ag| {
-                let ag = AgNumber(ag);
-                bufs.holds(agf_block(&self.geometry, ag))
-                    || bufs.holds(agi_block(&self.geometry, ag))
-            })
+            .find(|&ag| bufs.holds(agf_block(&self.geometry, AgNumber(ag))))
             .unwrap_or(lowest)
     }
 
@@ -208,6 +224,11 @@ impl Allocator {
             .ag_of(request.target)
             .0
             .clamp(lowest, count.saturating_sub(1));
+        if request.target_ag_only {
+            let own = self.geometry.ag_of(request.target).0;
+            let tried = if own >= lowest { vec![own] } else { Vec::new() };
+            return (tried, Vec::new());
+        }
         ((target..count).collect(), (lowest..target).collect())
     }
 
@@ -276,7 +297,9 @@ impl Allocator {
         // The AGF first (it may wait for another transaction's commit), then the state mutex.
         let mut ctx = AgCtx::open(bufs, &self.geometry, self.uuid, AgNumber(ag))?;
         let mut state = state.lock();
-        let result = self.allocate_in(&mut ctx, log, request, &mut state);
+        let cleared = state.busy.clear_durable(log.durable_sequence()) as u64;
+        ctx.counters.busy_cleared += cleared;
+        let result = self.search_and_carve(&mut ctx, log, request, &mut state);
         counters.add(&ctx.counters);
         hint.store(ctx.agf.longest_free, Ordering::Relaxed);
         self.store_free_hint(ag, ctx.agf.free_blocks);
@@ -284,32 +307,21 @@ impl Allocator {
     }
 
     /// One AG: refill the free list, search, and carve the winner out of both trees. If busy
-    /// ranges cost every candidate, force the log once and search again. The AG's work is
-    /// added to `counters` (the AG counts as tried even when this fails).
-    fn allocate_in<'c, B: Buffers<'c>>(
-        &self,
-        ctx: &mut AgCtx<'_, B>,
-        log: &dyn LogSequence,
-        request: &Request,
-        state: &mut AgState,
-    ) -> Result<Option<Allocation>, AllocError> {
-        let cleared = state.busy.clear_durable(log.durable_sequence()) as u64;
-        ctx.counters.busy_cleared += cleared;
-        self.search_and_carve(ctx, log, request, state)
-    }
-
+    /// ranges cost every candidate, force the log once and search again, then give up
+    /// pending discards and wait for those in progress once. The AG's work is added to
+    /// `counters` (the AG counts as tried even when this fails).
     fn search_and_carve<'c, B: Buffers<'c>>(
         &self,
         ctx: &mut AgCtx<'_, B>,
         log: &dyn LogSequence,
         request: &Request,
-        state: &mut AgState,
+        state: &mut MutexGuard<'_, AgState>,
     ) -> Result<Option<Allocation>, AllocError> {
         let mut space = AgSpace::open(ctx)?;
         if !self.fill_free_list(ctx, &mut space, state, log)? {
             return Ok(None);
         }
-        let mut forced = false;
+        let (mut forced, mut reclaimed) = (false, false);
         loop {
             let mut search = self.search(ctx, &space, request, &state.busy)?;
             self.count_search(ctx, &search);
@@ -325,6 +337,10 @@ impl Allocator {
                 }));
             }
             let Some(sequence) = search.busy_sequence.filter(|_| !forced) else {
+                if !reclaimed && self.reclaim_discards(state, log.durable_sequence()) {
+                    reclaimed = true;
+                    continue;
+                }
                 return Ok(None);
             };
             forced = true;
@@ -452,8 +468,9 @@ impl Allocator {
         // AG may not manage that; the free then fails only if a split really needs a block.
         self.fill_free_list(&mut ctx, &mut space, &mut state, log)?;
         space.add(&mut ctx, ag_start, length)?;
-        state.busy.insert(ag_start, length, sequence);
-        trim_free_list(&mut ctx, &mut space, &mut state.busy, sequence)?;
+        state.busy.insert(ag_start, length, sequence, self.discard);
+        let discard = self.discard;
+        trim_free_list(&mut ctx, &mut space, &mut state.busy, (sequence, discard))?;
         hint.store(ctx.agf.longest_free, Ordering::Relaxed);
         self.store_free_hint(ag.0, ctx.agf.free_blocks);
         self.stats.frees.fetch_add(1, Ordering::Relaxed);
@@ -471,10 +488,10 @@ impl Allocator {
         &self,
         ctx: &mut AgCtx<'_, B>,
         space: &mut AgSpace,
-        state: &mut AgState,
+        state: &mut MutexGuard<'_, AgState>,
         log: &dyn LogSequence,
     ) -> Result<bool, AllocError> {
-        let mut forced = false;
+        let (mut forced, mut reclaimed) = (false, false);
         loop {
             let need = free_list_need(space.bno.levels(), space.cnt.levels());
             let have = ctx.agf.free_list_count;
@@ -485,6 +502,10 @@ impl Allocator {
                 continue;
             }
             let Some(sequence) = state.busy.max_sequence().filter(|_| !forced) else {
+                if !reclaimed && self.reclaim_discards(state, log.durable_sequence()) {
+                    reclaimed = true;
+                    continue;
+                }
                 return Ok(false);
             };
             forced = true;
@@ -525,21 +546,152 @@ impl Allocator {
     }
 }
 
-/// Returns free-list blocks beyond twice the need to free space (busy, as freed now).
+/// Returns free-list blocks beyond twice the need to free space (busy, as freed now by the
+/// commit with `freed.0`, to be discarded if `freed.1`).
 fn trim_free_list<'c, B: Buffers<'c>>(
     ctx: &mut AgCtx<'_, B>,
     space: &mut AgSpace,
     busy: &mut BusyExtents,
-    sequence: u64,
+    freed: (u64, bool),
 ) -> Result<(), AllocError> {
+    let (sequence, discard) = freed;
     let high = 2 * free_list_need(space.bno.levels(), space.cnt.levels());
     while ctx.agf.free_list_count > high {
         let Some(block) = ctx.pop_free_list()? else {
             break;
         };
         space.add(ctx, block, 1)?;
-        busy.insert(block, 1, sequence);
+        busy.insert(block, 1, sequence, discard);
         ctx.counters.free_list_blocks_returned += 1;
     }
     Ok(())
+}
+
+impl Allocator {
+    /// When only discards keep space busy: gives up the discards not yet issued whose free
+    /// is durable (their ranges become free) and waits, with the AG's state mutex released
+    /// (its AGF stays held: the discarder does not need it), for those in progress. Returns
+    /// whether anything may have been freed.
+    fn reclaim_discards(&self, state: &mut MutexGuard<'_, AgState>, durable: u64) -> bool {
+        if !state.busy.has_discards() {
+            return false;
+        }
+        state.busy.cancel_pending(durable);
+        let deadline = Instant::now() + DISCARD_WAIT_MAX;
+        while state.busy.issued() > 0 && Instant::now() < deadline {
+            MutexGuard::unlocked(state, || std::thread::sleep(DISCARD_WAIT_SLICE));
+        }
+        true
+    }
+
+    /// Takes up to `max` ranges of AG `ag` whose free is durable (commits up to `durable`)
+    /// and that wait for a discard; they stay busy until `finish_discards`. Returned as
+    /// `(AG block, length)`. Takes the AG's state mutex without its AGF, which is safe from
+    /// a thread that holds no AG lock (the mutex is a leaf: nobody waits while holding it).
+    pub fn take_discards(&self, ag: u32, durable: u64, max: usize) -> Vec<(u32, u32)> {
+        self.ags
+            .get(ag as usize)
+            .map(|state| state.lock().busy.take_discards(durable, max))
+            .unwrap_or_default()
+    }
+
+    /// The newest commit sequence a range waiting for a discard was freed by, over all AGs
+    /// (the same locking as `take_discards`).
+    pub fn pending_discard_sequence(&self) -> Option<u64> {
+        self.ags
+            .iter()
+            .filter_map(|state| state.lock().busy.pending_sequence())
+            .max()
+    }
+
+    /// Reports the discards of `ranges` of AG `ag` done (or failed): the ranges may be
+    /// allocated again. The same locking as `take_discards`.
+    pub fn finish_discards(&self, ag: u32, ranges: &[(u32, u32)]) {
+        if let Some(state) = self.ags.get(ag as usize) {
+            state.lock().busy.finish_discards(ranges);
+        }
+    }
+
+    /// Finds up to `max` free extents of AG `ag` of at least `min_len` blocks, starting at
+    /// AG block `from`, and marks their parts that are not busy as being discarded (busy
+    /// until `finish_discards`): a trim of free space (what FITRIM does). Returns the
+    /// ranges as `(AG block, length)` and where the next call should start, `None` at the
+    /// end of the AG.
+    pub fn trim_ag<'c, B: Buffers<'c>>(
+        &self,
+        bufs: &mut B,
+        log: &dyn LogSequence,
+        ag: u32,
+        from: u32,
+        min_len: u32,
+        max: usize,
+    ) -> Result<TrimBatch, AllocError> {
+        let Some(state) = self.ags.get(ag as usize) else {
+            return Ok((Vec::new(), None));
+        };
+        let mut ctx = AgCtx::open(bufs, &self.geometry, self.uuid, AgNumber(ag))?;
+        let mut state = state.lock();
+        state.busy.clear_durable(log.durable_sequence());
+        let space = AgSpace::open(&ctx)?;
+        let key = BnoKey {
+            start: AgBlock(from),
+        };
+        let mut cursor = space.bno.lookup(&mut ctx, &key, Lookup::Ge)?;
+        let (mut taken, min_len) = (Vec::new(), min_len.max(1));
+        while let Some(at) = cursor.as_mut() {
+            if taken.len() >= max {
+                let next = space.bno.record(&mut ctx, at)?.start.0;
+                return Ok((taken, Some(next)));
+            }
+            let record = space.bno.record(&mut ctx, at)?;
+            for (start, length) in state.busy.free_pieces(record.start.0, record.length) {
+                if length >= min_len {
+                    state.busy.insert_issued(start, length);
+                    taken.push((start, length));
+                }
+            }
+            if !space.bno.next(&mut ctx, at)? {
+                cursor = None;
+            }
+        }
+        Ok((taken, None))
+    }
+}
+
+impl Allocator {
+    /// Grows the last AG `ag` (this allocator's geometry is the one before the grow) to
+    /// `new_len` blocks: the AGF's length, and the new range `old_len..new_len` free in
+    /// both trees (merged with a free extent that ends at the old end). Never busy: those
+    /// blocks were never allocated. Part of a grow transaction, with the filesystem idle.
+    pub fn grow_ag<'c, B: Buffers<'c>>(
+        &self,
+        bufs: &mut B,
+        log: &dyn LogSequence,
+        ag: u32,
+        new_len: u32,
+    ) -> Result<(), AllocError> {
+        let old_len = self.geometry.ag_len(ag);
+        if ag + 1 != self.geometry.ag_count || new_len <= old_len {
+            return Err(AllocError::BadFree {
+                ag,
+                start: old_len,
+                length: new_len.saturating_sub(old_len),
+                why: "only the last AG grows, and only longer",
+            });
+        }
+        let Some(state) = self.ags.get(ag as usize) else {
+            return Ok(());
+        };
+        let mut ctx = AgCtx::open(bufs, &self.geometry, self.uuid, AgNumber(ag))?;
+        let mut state = state.lock();
+        let mut space = AgSpace::open(&ctx)?;
+        self.fill_free_list(&mut ctx, &mut space, &mut state, log)?;
+        ctx.set_field(crate::ag::field::AG_LENGTH, new_len)?;
+        space.add(&mut ctx, old_len, new_len - old_len)?;
+        self.store_free_hint(ag, ctx.agf.free_blocks);
+        if let Some(hint) = self.longest_hints.get(ag as usize) {
+            hint.store(ctx.agf.longest_free, Ordering::Relaxed);
+        }
+        Ok(())
+    }
 }

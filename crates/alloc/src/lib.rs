@@ -29,8 +29,8 @@ mod search;
 mod select;
 mod space;
 
-pub use allocator::{AllocStats, Allocator};
-pub use busy::{BUSY_CLEAR_BATCH_MAX, BusyExtent, BusyExtents, LogSequence};
+pub use allocator::{AllocStats, Allocator, TrimBatch};
+pub use busy::{BUSY_CLEAR_BATCH_MAX, BusyExtent, BusyExtents, Discard, LogSequence};
 pub use check::AgSummary;
 pub use counters::OpCounters;
 pub use error::AllocError;

@@ -34,6 +34,9 @@ pub struct Request {
     /// May take the AG's reserved blocks (`Allocator::with_ag_reserve`): set only by the
     /// metadata a freeing operation must be able to grow (the inode trees).
     pub use_reserve: bool,
+    /// Only the target's AG may be tried (an inode chunk for that AG's AGI, a block of
+    /// that AG's inode trees): no other AG's header is locked for nothing.
+    pub target_ag_only: bool,
 }
 
 impl Request {
@@ -49,6 +52,7 @@ impl Request {
             min_left: 0,
             lowest_ag: AgNumber(0),
             use_reserve: false,
+            target_ag_only: false,
         }
     }
 
@@ -56,6 +60,13 @@ impl Request {
     #[must_use]
     pub fn with_reserve(mut self) -> Request {
         self.use_reserve = true;
+        self
+    }
+
+    /// The same request, tried in the target's AG only.
+    #[must_use]
+    pub fn in_target_ag_only(mut self) -> Request {
+        self.target_ag_only = true;
         self
     }
 

@@ -32,6 +32,14 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     /// Whether writes are refused.
     fn read_only(&self) -> bool;
 
+    /// Takes in a larger device: an image file shorter than `bytes` is extended (sparse),
+    /// a block device's size is read again. Returns the size now. Devices that cannot
+    /// change size keep theirs.
+    fn grow_to(&self, bytes: Option<u64>) -> Result<u64, DeviceError> {
+        let _ = bytes;
+        Ok(self.size_bytes())
+    }
+
     /// Make a byte range read back as zeros. The default writes zeroed buffers; devices with
     /// a cheaper way (hole punching, `BLKZEROOUT`) override it.
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), DeviceError> {

@@ -100,7 +100,8 @@ pub struct FileDevice {
     file: File,
     path: PathBuf,
     kind: DeviceKind,
-    size_bytes: u64,
+    /// Changes only by `grow_to` (upward).
+    size_bytes: std::sync::atomic::AtomicU64,
     logical_sector_size: u32,
     physical_sector_size: u32,
     read_only: bool,
@@ -263,7 +264,7 @@ impl FileDevice {
             path: path.to_owned(),
             kind: DeviceKind::ImageFile,
             // A trailing partial sector cannot be transferred, so it is not part of the device.
-            size_bytes: len - len % u64::from(sector),
+            size_bytes: (len - len % u64::from(sector)).into(),
             logical_sector_size: sector,
             physical_sector_size: IMAGE_PHYSICAL_SECTOR_SIZE.max(sector),
             read_only: options.read_only,
@@ -296,7 +297,7 @@ impl FileDevice {
             file,
             path: path.to_owned(),
             kind: DeviceKind::BlockDevice,
-            size_bytes: size_bytes - size_bytes % u64::from(logical),
+            size_bytes: (size_bytes - size_bytes % u64::from(logical)).into(),
             logical_sector_size: logical,
             physical_sector_size: physical.max(logical),
             read_only: options.read_only,
@@ -372,6 +373,14 @@ fn transfer_all(
     Ok(())
 }
 
+/// The open descriptor, for handing the device to the kernel (a loop device over it). Never
+/// close a duplicate of it: closing any descriptor of an image drops this process's lock.
+impl std::os::fd::AsFd for FileDevice {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
+
 impl BlockDevice for FileDevice {
     fn read_at(&self, offset: u64, buf: &mut AlignedBuf) -> Result<(), DeviceError> {
         let len = buf.len();
@@ -379,7 +388,7 @@ impl BlockDevice for FileDevice {
             offset,
             len as u64,
             self.logical_sector_size,
-            self.size_bytes,
+            self.size_bytes(),
         )?;
         debug_assert_eq!(buf.as_ptr() as usize % BUFFER_ALIGN, 0);
         let file = &self.file;
@@ -394,7 +403,7 @@ impl BlockDevice for FileDevice {
             offset,
             len as u64,
             self.logical_sector_size,
-            self.size_bytes,
+            self.size_bytes(),
         )?;
         self.check_writable("write")?;
         let file = &self.file;
@@ -417,7 +426,7 @@ impl BlockDevice for FileDevice {
             match result {
                 Ok(()) => return Ok(()),
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(error) => return Err(io_error("flush", 0, self.size_bytes, error)),
+                Err(error) => return Err(io_error("flush", 0, self.size_bytes(), error)),
             }
         }
     }
@@ -425,7 +434,7 @@ impl BlockDevice for FileDevice {
     /// Punches a hole (image files) or issues BLKDISCARD (block devices). `Ok(false)` when the
     /// filesystem or device does not support it.
     fn discard(&self, offset: u64, len: u64) -> Result<bool, DeviceError> {
-        check_transfer(offset, len, self.logical_sector_size, self.size_bytes)?;
+        check_transfer(offset, len, self.logical_sector_size, self.size_bytes())?;
         self.check_writable("discard")?;
         if len == 0 {
             return Ok(true);
@@ -444,7 +453,7 @@ impl BlockDevice for FileDevice {
     /// Image files punch a hole (reads back zeros, frees the space, stays sparse); block
     /// devices use `BLKZEROOUT`. Either falls back to writing zeros where unsupported.
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
-        check_transfer(offset, len, self.logical_sector_size, self.size_bytes)?;
+        check_transfer(offset, len, self.logical_sector_size, self.size_bytes())?;
         self.check_writable("write_zeroes")?;
         if len == 0 {
             return Ok(());
@@ -461,7 +470,39 @@ impl BlockDevice for FileDevice {
     }
 
     fn size_bytes(&self) -> u64 {
-        self.size_bytes
+        self.size_bytes.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Image files: extended (sparse) to `bytes` if shorter; block devices: the size read
+    /// again (after `lvextend`, a resized nbd export). The size never shrinks.
+    fn grow_to(&self, bytes: Option<u64>) -> Result<u64, DeviceError> {
+        let sector = u64::from(self.logical_sector_size);
+        let now = match self.kind {
+            DeviceKind::ImageFile => {
+                let len = self
+                    .file
+                    .metadata()
+                    .map_err(|error| io_error("stat", 0, 0, error))?
+                    .len();
+                match bytes.filter(|&wanted| wanted > len) {
+                    Some(wanted) => {
+                        self.check_writable("extend")?;
+                        self.file
+                            .set_len(wanted)
+                            .map_err(|error| io_error("extend", len, wanted - len, error))?;
+                        wanted
+                    }
+                    None => len,
+                }
+            }
+            DeviceKind::BlockDevice => sys::block_size_bytes(&self.file)
+                .map_err(|error| io_error("BLKGETSIZE64", 0, 0, error))?,
+        };
+        let now = now - now % sector;
+        let size = &self.size_bytes;
+        Ok(size
+            .fetch_max(now, std::sync::atomic::Ordering::AcqRel)
+            .max(now))
     }
 
     fn logical_sector_size(&self) -> u32 {

@@ -10,15 +10,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use cairn_blockdev::{AlignedBuf, BlockDevice};
+use cairn_format::MetaKind;
+use cairn_lockrank::{Mutex, Order, Rank, Token, acquire};
 use crossbeam::utils::CachePadded;
-use parking_lot::Mutex;
 
 use crate::BufCacheError;
 use crate::buffer::{BufKey, Buffer, DEAD, DELWRI_Q, DIRTY, ON_LRU, STALE, holds};
 use crate::config::{AgMap, BUFFER_BYTES_MAX, CacheConfig};
 use crate::guard::BufGuard;
 use crate::lookaside::{Fill, Lookaside, Source};
-use crate::ops::{LRU_REF_MAX, ReadSpec};
+use crate::ops::{BufferOps, LRU_REF_MAX, ReadSpec};
 use crate::shard::{AgShard, Index};
 use crate::stats::{Counter, Stats, StatsSnapshot};
 
@@ -92,9 +93,9 @@ impl BufferCache {
             device,
             shards,
             lookaside,
-            lru: CachePadded::new(Mutex::new(VecDeque::new())),
-            reclaim_lock: Mutex::new(()),
-            delwri: Mutex::new(Vec::new()),
+            lru: CachePadded::new(Mutex::new(Rank::BufferLists, VecDeque::new())),
+            reclaim_lock: Mutex::new(Rank::BufferReclaim, ()),
+            delwri: Mutex::new(Rank::BufferLists, Vec::new()),
             memory_bytes: CachePadded::new(AtomicU64::new(0)),
             stats: Stats::new(),
         })
@@ -120,22 +121,26 @@ impl BufferCache {
 
     /// The buffer at `key`, held and locked, read from the device and verified with
     /// `spec` if it is not cached. Waits for the lock if another holder has it.
+    #[track_caller]
     pub fn get(&self, key: BufKey, spec: &ReadSpec) -> Result<BufGuard<'_>, BufCacheError> {
         self.lookup(key, spec, Mode::Read, Wait::Block)
     }
 
     /// Like `get`, but fails with `WouldBlock` instead of waiting for a locked buffer.
+    #[track_caller]
     pub fn try_get(&self, key: BufKey, spec: &ReadSpec) -> Result<BufGuard<'_>, BufCacheError> {
         self.lookup(key, spec, Mode::Read, Wait::Try)
     }
 
     /// The buffer at `key` for a newly allocated block: held, locked and zero-filled, never
     /// read. A cached copy is reused and zeroed; `spec.ops` is used for its write-back.
+    #[track_caller]
     pub fn get_new(&self, key: BufKey, spec: &ReadSpec) -> Result<BufGuard<'_>, BufCacheError> {
         self.lookup(key, spec, Mode::Create, Wait::Block)
     }
 
     /// Like `get_new`, but fails with `WouldBlock` instead of waiting for a locked buffer.
+    #[track_caller]
     pub fn try_get_new(&self, key: BufKey, spec: &ReadSpec) -> Result<BufGuard<'_>, BufCacheError> {
         self.lookup(key, spec, Mode::Create, Wait::Try)
     }
@@ -160,6 +165,7 @@ impl BufferCache {
         shard.index.read().get(&key).is_some_and(live)
     }
 
+    #[track_caller]
     fn lookup(
         &self,
         key: BufKey,
@@ -190,10 +196,29 @@ impl BufferCache {
                     Found::Inserted(guard) => return self.fill_inserted(guard, spec, mode),
                 },
             };
-            if let Some(guard) = self.lock_found(key, buffer, wait)? {
+            if let Some(guard) = self.lock_found(key, buffer, spec.ops, wait)? {
                 return Ok(self.finish_hit(guard, spec, mode, source));
             }
         }
+    }
+
+    /// Records a buffer lock in the lock order (debug builds): every AGI before every AGF,
+    /// each kind by ascending AG (XFS's order); every other buffer is ordered by the lock of
+    /// its owner.
+    /// `wait` is false where the lock was taken without waiting.
+    #[track_caller]
+    #[inline]
+    pub(crate) fn order_token(&self, key: BufKey, ops: &dyn BufferOps, wait: bool) -> Token {
+        if !cairn_lockrank::CHECKS_ENABLED {
+            return acquire(Rank::Buffer, 0, Order::Ranked, wait);
+        }
+        let ag = self.ag_map.split(key.block).0;
+        let (rank, order_key) = match ops.kind() {
+            Some(MetaKind::Agi) => (Rank::AgHeader, ag),
+            Some(MetaKind::Agf) => (Rank::AgHeader, u64::from(self.config.ag_count) + ag),
+            _ => (Rank::Buffer, key.block.0),
+        };
+        acquire(rank, order_key, Order::Ranked, wait)
     }
 
     /// Checks `key` and returns its AG index and AG-relative block.
@@ -272,6 +297,7 @@ impl BufferCache {
 
     /// Under the write lock: drops stale buffers at `key.block`, refuses a live buffer of
     /// another length there, and returns the cached buffer or inserts a new one, locked.
+    #[track_caller]
     fn find_or_insert(
         &self,
         shard: &AgShard,
@@ -310,14 +336,15 @@ impl BufferCache {
         buffer
             .lru_ref
             .store(spec.lru_ref.min(LRU_REF_MAX), Ordering::Relaxed);
-        // Nobody else can see the buffer yet, so this lock is free.
+        // Nobody else can see the buffer yet, so this lock is free (nothing to wait for).
         let locked = buffer.data.lock_arc();
+        let rank = self.order_token(key, spec.ops, false);
         index.insert(key, Arc::clone(&buffer));
         self.memory_bytes
             .fetch_add(bytes_len as u64, Ordering::Relaxed);
         drop(index);
         self.offer_slot(ag, ag_block, &buffer, Fill::Insert);
-        Ok(Found::Inserted(BufGuard::new(self, buffer, locked)))
+        Ok(Found::Inserted(BufGuard::new(self, buffer, locked, rank)))
     }
 
     /// Removes `buffer` from the index, marking it dead first, then bumps the AG's
@@ -385,19 +412,24 @@ impl BufferCache {
 
     /// Locks a held buffer found in the cache. `None` when it turned stale or its first read
     /// failed while we waited (the hold is released and the caller looks again).
+    #[track_caller]
     fn lock_found(
         &self,
         key: BufKey,
         buffer: Arc<Buffer>,
+        ops: &dyn BufferOps,
         wait: Wait,
     ) -> Result<Option<BufGuard<'_>>, BufCacheError> {
         // Checked before waiting on its lock: a wrong buffer (a broken slot or index) must fail
         // here, not deadlock on a lock the caller holds, nor hand out another block's bytes.
         assert_eq!(buffer.key, key, "lookup of {key:?} found another buffer");
-        let locked = match wait {
-            Wait::Block => buffer.data.lock_arc(),
+        let (locked, rank) = match wait {
+            Wait::Block => {
+                let rank = self.order_token(key, ops, true);
+                (buffer.data.lock_arc(), rank)
+            }
             Wait::Try => match buffer.data.try_lock_arc() {
-                Some(locked) => locked,
+                Some(locked) => (locked, self.order_token(key, ops, false)),
                 None => {
                     self.release(&buffer);
                     self.stats.bump(Counter::LockBusy);
@@ -407,7 +439,7 @@ impl BufferCache {
                 }
             },
         };
-        let guard = BufGuard::new(self, buffer, locked);
+        let guard = BufGuard::new(self, buffer, locked, rank);
         // Marking stale needs the buffer lock, and a failed first read leaves the buffer not
         // up to date, so what is checked here cannot change while the guard lives.
         if guard.buffer.load_state() & (STALE | DEAD) != 0 || !guard.data.uptodate {

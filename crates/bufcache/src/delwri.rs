@@ -92,7 +92,8 @@ impl BufferCache {
             self.queue_buffer(buffer);
             return Ok(None);
         };
-        let mut guard = BufGuard::new(self, Arc::clone(buffer), locked);
+        let rank = self.order_token(buffer.key, locked.ops, false);
+        let mut guard = BufGuard::new(self, Arc::clone(buffer), locked, rank);
         let state = buffer.load_state();
         if state & (STALE | DEAD) != 0 || state & DIRTY == 0 {
             return Ok(None);

@@ -21,6 +21,8 @@ pub struct BufGuard<'c> {
     // Dropped after `Drop::drop` released the hold: unlocking last is harmless because reclaim
     // only takes clean buffers, whose contents match the disk.
     pub(crate) data: ArcMutexGuard<RawMutex, BufData>,
+    // The lock's place in the lock order (debug builds), forgotten after the unlock.
+    _rank: cairn_lockrank::Token,
 }
 
 impl fmt::Debug for BufGuard<'_> {
@@ -52,11 +54,13 @@ impl<'c> BufGuard<'c> {
         cache: &'c BufferCache,
         buffer: Arc<Buffer>,
         data: ArcMutexGuard<RawMutex, BufData>,
+        rank: cairn_lockrank::Token,
     ) -> Self {
         Self {
             cache,
             buffer,
             data,
+            _rank: rank,
         }
     }
 

@@ -26,6 +26,11 @@ pub trait BufferOps: Send + Sync + Debug {
         at: FsBlock,
         lsn: Option<Lsn>,
     ) -> Result<(), FormatError>;
+
+    /// The metadata kind, where the lock order depends on it (AG headers).
+    fn kind(&self) -> Option<MetaKind> {
+        None
+    }
 }
 
 /// What a lookup expects, passed on every `get`; used only when the block is read from disk
@@ -83,6 +88,10 @@ impl HeaderOps {
 impl BufferOps for HeaderOps {
     fn name(&self) -> &'static str {
         self.kind.name()
+    }
+
+    fn kind(&self) -> Option<MetaKind> {
+        Some(self.kind)
     }
 
     fn verify_read(&self, block: &[u8], at: FsBlock, spec: &ReadSpec) -> Result<(), FormatError> {

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use cairn_lockrank::{Rank, RwLock};
 use crossbeam::utils::CachePadded;
-use parking_lot::RwLock;
 
 use crate::buffer::{BufKey, Buffer};
 
@@ -26,7 +26,7 @@ pub(crate) struct AgShard {
 impl AgShard {
     pub(crate) fn new() -> Self {
         Self {
-            index: RwLock::new(Index::new()),
+            index: RwLock::new(Rank::BufferIndex, Index::new()),
             generation: CachePadded::new(AtomicU64::new(0)),
         }
     }

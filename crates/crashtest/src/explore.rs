@@ -23,6 +23,9 @@ pub struct ExploreConfig {
     pub seed: u64,
     /// At most this many points besides the plain flush points (`None`: all of them).
     pub extra_points_max: Option<usize>,
+    /// Run the workload on a mount with online discard (freed blocks zeroed on the memory
+    /// device once their free is durable).
+    pub discard: bool,
 }
 
 /// What exploring one workload found.
@@ -66,7 +69,7 @@ pub fn explore(
     config: &ExploreConfig,
 ) -> Result<WorkloadOutcome, CrashError> {
     let device = Arc::new(MemDevice::from_image(base.to_vec(), SECTOR_BYTES)?);
-    let trace = runner::run(&device, setup, ops)?;
+    let trace = runner::run_with(&device, setup, ops, config.discard)?;
     let mut outcome = WorkloadOutcome {
         flushes: device.flush_count() as u64,
         ..WorkloadOutcome::default()

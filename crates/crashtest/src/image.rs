@@ -43,8 +43,17 @@ pub fn format_with(fs_bytes: u64, request: &cairn_mkfs::Request) -> Result<MemDe
 
 /// Mounts `device` with default options (recovery runs here).
 pub fn mount(device: &Arc<MemDevice>) -> Result<Filesystem, FsError> {
+    mount_with(device, false)
+}
+
+/// Mounts `device` with default options, and online discard when `discard`.
+pub fn mount_with(device: &Arc<MemDevice>, discard: bool) -> Result<Filesystem, FsError> {
     let dyn_device: Arc<dyn BlockDevice> = device.clone();
-    Filesystem::mount(dyn_device, MountOptions::default())
+    let options = MountOptions {
+        discard,
+        ..MountOptions::default()
+    };
+    Filesystem::mount(dyn_device, options)
 }
 
 /// Reads the primary superblock of `device`.

@@ -62,6 +62,7 @@ fn run(bounds: Bounds) -> Result<Tally, CrashError> {
         random_per_flush: 4,
         seed: 2024,
         extra_points_max: bounds.extra_points_max,
+        discard: false,
     };
     let mut workloads: Vec<_> = workload::seq1().into_iter().step_by(stride).collect();
     workloads.extend(workload::seq2().into_iter().step_by(stride));
@@ -71,7 +72,36 @@ fn run(bounds: Bounds) -> Result<Tally, CrashError> {
     );
     eprintln!("exploring {} workloads", workloads.len());
     let mut tally = suite::crash_run(&workloads, &config)?;
+    let xattrs: Vec<_> = workload::xattr_index()
+        .into_iter()
+        .step_by(stride.min(2))
+        .collect();
+    let setup = cairn_crashtest::op::xattr_setup_ops();
+    suite::merge(
+        &mut tally,
+        suite::crash_run_after(&setup, &xattrs, &config)?,
+    );
     eprintln!("crash: {} ({:?})", tally.summary(), started.elapsed());
+    // The one-op and random workloads again on a mount with online discard: no discard may
+    // zero a block that recovery or a durable file still needs.
+    let discard_workloads: Vec<_> = workload::seq1()
+        .into_iter()
+        .step_by(stride)
+        .chain(
+            (0..(RANDOM_WORKLOADS / stride as u64).max(1)).map(|s| workload::random(s, RANDOM_LEN)),
+        )
+        .collect();
+    let discard_config = ExploreConfig {
+        discard: true,
+        ..config
+    };
+    let discard_tally = suite::crash_run(&discard_workloads, &discard_config)?;
+    eprintln!(
+        "discard: {} ({:?})",
+        discard_tally.summary(),
+        started.elapsed()
+    );
+    suite::merge(&mut tally, discard_tally);
     for seed in 0..(8 / stride as u64).max(1) {
         suite::merge(
             &mut tally,

@@ -409,6 +409,28 @@ pub fn setup_ops() -> Vec<Op> {
     ]
 }
 
+/// Attributes `xattr_setup_ops` puts on "foo": several leaves' worth, so its attr fork is
+/// in index form (leaves and an index tree) before the workload starts.
+pub const BULK_XATTRS: usize = 300;
+
+/// `setup_ops` plus `BULK_XATTRS` attributes `user.bulk-NNNN` on "foo" (values of 1 to 40
+/// bytes), the setup of the attribute index workloads.
+pub fn xattr_setup_ops() -> Vec<Op> {
+    let mut ops = setup_ops();
+    ops.extend((0..BULK_XATTRS).map(|index| Op::SetXattr {
+        path: "foo".into(),
+        name: bulk_xattr(index),
+        len: (index % 40 + 1) as u64,
+        id: 500 + index as u64,
+    }));
+    ops
+}
+
+/// The name of bulk attribute `index` of `xattr_setup_ops`.
+pub fn bulk_xattr(index: usize) -> String {
+    format!("user.bulk-{index:04}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

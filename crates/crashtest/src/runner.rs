@@ -150,7 +150,19 @@ pub fn perform(fs: &Filesystem, op: &Op) -> Result<u64, FsError> {
 /// Mounts `device`, runs `setup` and syncs it, restarts the device's op log, then runs `ops`
 /// one by one and finally unmounts. Every op must be valid on the model.
 pub fn run(device: &Arc<MemDevice>, setup: &[Op], ops: &[Op]) -> Result<Trace, CrashError> {
-    let fs = crate::image::mount(device).map_err(|e| op_failed(&Op::Sync, &e))?;
+    run_with(device, setup, ops, false)
+}
+
+/// `run`, on a mount with online discard when `discard`: after each op the runner waits
+/// for the discards the durable frees allow, so they land between steps (the discard
+/// thread may still issue some inside a step, which crash points then cover too).
+pub fn run_with(
+    device: &Arc<MemDevice>,
+    setup: &[Op],
+    ops: &[Op],
+    discard: bool,
+) -> Result<Trace, CrashError> {
+    let fs = crate::image::mount_with(device, discard).map_err(|e| op_failed(&Op::Sync, &e))?;
     let mut model = Model::default();
     for setup_op in setup {
         let inode = perform(&fs, setup_op).map_err(|e| op_failed(setup_op, &e))?;
@@ -168,6 +180,7 @@ pub fn run(device: &Arc<MemDevice>, setup: &[Op], ops: &[Op]) -> Result<Trace, C
         }
         let start_flush = device.flush_count();
         let inode = perform(&fs, step_op).map_err(|e| op_failed(step_op, &e))?;
+        fs.drain_discards();
         let node = op::apply(&mut model, step_op, Some(step), inode);
         steps.push(StepRecord {
             op: step_op.clone(),

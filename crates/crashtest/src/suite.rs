@@ -5,7 +5,7 @@ use crate::explore::{ExploreConfig, base_image, explore};
 use crate::faults::{Fault, run_with_fault, run_with_read_fault};
 use crate::fuzz::{apply_mutation, metadata_units, populated_image, random_mutation, run_case};
 use crate::image::{self, CRASH_DEVICE_BYTES};
-use crate::op::setup_ops;
+use crate::op::{Op, setup_ops};
 use crate::workload::{Rng, Workload};
 use crate::{CrashError, Violation};
 
@@ -43,13 +43,22 @@ fn violation(workload: &str, point: String, problems: Vec<String>) -> Violation 
     }
 }
 
-/// Explores every workload of `workloads`.
+/// Explores every workload of `workloads` (after the standard setup).
 pub fn crash_run(workloads: &[Workload], config: &ExploreConfig) -> Result<Tally, CrashError> {
+    crash_run_after(&setup_ops(), workloads, config)
+}
+
+/// Explores every workload of `workloads` after `setup` (which is not crash-tested).
+pub fn crash_run_after(
+    setup: &[Op],
+    workloads: &[Workload],
+    config: &ExploreConfig,
+) -> Result<Tally, CrashError> {
     let base = base_image(CRASH_DEVICE_BYTES)?;
     let mut tally = Tally::default();
     for workload in workloads {
         tally.workloads += 1;
-        match explore(&workload.name, &base, &setup_ops(), &workload.ops, config) {
+        match explore(&workload.name, &base, setup, &workload.ops, config) {
             Ok(outcome) => {
                 tally.crash_states += outcome.crash_states;
                 tally.violations.extend(outcome.violations);

@@ -233,6 +233,44 @@ pub fn seq2() -> Vec<Workload> {
     out
 }
 
+/// The attribute index workloads (run after `op::xattr_setup_ops`, which puts "foo"'s
+/// attributes in index form): a new attribute, a replace in place, a replace by a remote
+/// value (which moves it to another leaf), a removal, a large new one, two changes in a row,
+/// and unlinking "foo" (its attributes freed in steps); each followed by each of its
+/// persistence calls.
+pub fn xattr_index() -> Vec<Workload> {
+    let mut setup = setup_model();
+    for setup_op in op::xattr_setup_ops().iter().skip(op::setup_ops().len()) {
+        op::apply(&mut setup, setup_op, None, 0);
+    }
+    let remove = |index| Op::RemoveXattr {
+        path: "foo".into(),
+        name: op::bulk_xattr(index),
+    };
+    let sequences = vec![
+        vec![setxattr("foo", "user.new", 24)],
+        vec![setxattr("foo", &op::bulk_xattr(42), 3)],
+        vec![setxattr("foo", &op::bulk_xattr(7), 3000)],
+        vec![remove(100)],
+        vec![setxattr("foo", "user.large", 20_000)],
+        vec![remove(5), setxattr("foo", &op::bulk_xattr(6), 600)],
+        vec![Op::Unlink("foo".into())],
+    ];
+    let mut out = Vec::new();
+    for ops in sequences {
+        let Some(after) = try_apply(&setup, &ops) else {
+            continue;
+        };
+        let last = ops.last().cloned().unwrap_or(Op::Sync);
+        for persist in persist_choices(&after, &last) {
+            let mut ops = ops.clone();
+            ops.push(persist);
+            out.push(workload(ops));
+        }
+    }
+    out
+}
+
 /// A small deterministic generator (splitmix64) for random workloads.
 #[derive(Debug, Clone)]
 pub struct Rng(pub u64);

@@ -24,6 +24,7 @@ fn fast_config() -> ExploreConfig {
         random_per_flush: 2,
         seed: 7,
         extra_points_max: Some(6),
+        discard: false,
     }
 }
 
@@ -54,6 +55,23 @@ fn crash_every_template_once() {
     judge("every template once", &tally);
 }
 
+// The same templates on a mount with online discard, and a random workload: a discard may
+// only zero blocks whose free is durable and that nothing has taken again, so every crash
+// state still recovers to an allowed state with fsck clean.
+#[test]
+fn crash_with_online_discard() {
+    let all = workload::seq1();
+    let mut chosen: Vec<_> = all.iter().step_by(7).cloned().collect();
+    chosen.push(workload::random(3, 30));
+    let config = ExploreConfig {
+        discard: true,
+        ..fast_config()
+    };
+    let tally = suite::crash_run(&chosen, &config).unwrap();
+    assert!(tally.crash_states > 0);
+    judge("online discard", &tally);
+}
+
 // Explores a sample of the two-op workloads and one random workload.
 #[test]
 fn crash_seq2_and_random_sample() {
@@ -61,6 +79,18 @@ fn crash_seq2_and_random_sample() {
     workloads.push(workload::random(11, 12));
     let tally = suite::crash_run(&workloads, &fast_config()).unwrap();
     judge("seq2 and random sample", &tally);
+}
+
+// Explores the attribute index workloads (a file with 300 attributes: leaves and an index
+// tree): changes, removals, remote values and an unlink freeing them in steps.
+#[test]
+fn crash_xattr_index() {
+    let workloads: Vec<_> = workload::xattr_index().into_iter().step_by(2).collect();
+    assert!(workloads.len() >= 7);
+    let setup = cairn_crashtest::op::xattr_setup_ops();
+    let tally = suite::crash_run_after(&setup, &workloads, &fast_config()).unwrap();
+    assert!(tally.crash_states > 0);
+    judge("xattr index", &tally);
 }
 
 // Injects write failures, a stopped device and a failed flush into a random workload.

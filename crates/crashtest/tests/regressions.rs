@@ -87,6 +87,7 @@ fn explore_every_state<const N: usize>(name: &str, sequences: [Vec<Op>; N]) {
         random_per_flush: 4,
         seed: 3,
         extra_points_max: None,
+        discard: false,
     };
     let tally = suite::crash_run(&workloads, &config).unwrap();
     assert!(tally.crash_states > 0);

@@ -10,7 +10,7 @@ use crate::limits::{
 };
 use crate::reclaim::ReclaimList;
 use crate::stats::{Stats, StatsSnapshot, WorstInode};
-use parking_lot::Mutex;
+use cairn_lockrank::{Mutex, Rank};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::{self, JoinHandle, Thread};
@@ -168,10 +168,10 @@ impl ExtentCache {
         config.validate()?;
         let shared = Shared {
             config,
-            list: Mutex::new(ReclaimList::new()),
+            list: Mutex::new(Rank::Leaf, ReclaimList::new()),
             stats: Stats::default(),
             reclaiming: AtomicBool::new(false),
-            shrinker_thread: Mutex::new(None),
+            shrinker_thread: Mutex::new(Rank::Leaf, None),
             shrinker_sleeping: AtomicBool::new(false),
         };
         Ok(ExtentCache {

@@ -11,7 +11,7 @@ use crate::error::ExtCacheError;
 use crate::extent::{Extent, ExtentState, check_range};
 use crate::reclaim::NO_SLOT;
 use crate::tree::TreeInner;
-use parking_lot::RwLock;
+use cairn_lockrank::{Rank, RwLock};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -34,7 +34,7 @@ impl InodeTree {
     fn new(ino: u64) -> Self {
         InodeTree {
             ino,
-            inner: RwLock::new(TreeInner::default()),
+            inner: RwLock::new(Rank::ExtentTree, TreeInner::default()),
             object_count: AtomicU64::new(0),
             delayed_count: AtomicU64::new(0),
             referenced: AtomicBool::new(false),

@@ -22,8 +22,8 @@
 //!   `i`. Placing pointers at a fixed offset lets a node grow without moving them.
 //!
 //! Sibling and child pointers are AG block numbers in the AG trees, filesystem blocks in the
-//! file extent tree, and logical block numbers of the directory or attribute fork in the
-//! directory and attribute hash trees.
+//! file extent and attribute index trees, and filesystem blocks below 2^32 in the directory
+//! hash tree.
 //!
 //! | tree               | kind       | record                  | key            | pointer |
 //! |--------------------|------------|-------------------------|----------------|---------|
@@ -33,7 +33,7 @@
 //! | free-inode chunks  | FinoBtree  | InodeRecord (16)        | InoKey (4)     | 4       |
 //! | file extents       | BmapBtree  | Extent (16)             | BmapKey (8)    | 8       |
 //! | directory hashes   | DirBtree   | DirHashRecord (8)       | DirHashKey (4) | 4       |
-//! | xattr hashes       | AttrBtree  | none: AttrBlock leaves  | DirHashKey (4) | 4       |
+//! | xattr index        | AttrBtree  | XattrIndexRecord (16)   | XattrIndexKey (8) | 8    |
 //!
 //! Free-space record (8 bytes): start AG block u32 @0, length u32 @4. By-block key: start u32.
 //! By-length key (8 bytes): length u32 @0, start u32 @4.
@@ -115,9 +115,6 @@ impl BtreeHeader {
             return Err(bad("magic", self.header.magic.into(), why));
         }
         need(Self::NAME, block, layout.block_size as usize)?;
-        if self.level == 0 && layout.kind == MetaKind::AttrBtree {
-            return Err(bad("level", 0, "xattr tree leaves are xattr blocks"));
-        }
         if usize::from(self.record_count) > layout.capacity(self.level) {
             return Err(bad(
                 "record_count",
@@ -173,7 +170,7 @@ impl BtreeLayout {
             MetaKind::InoBtree | MetaKind::FinoBtree => (16, 4, 4),
             MetaKind::BmapBtree => (16, 8, 8),
             MetaKind::DirBtree => (8, 4, 4),
-            MetaKind::AttrBtree => (8, 4, 4),
+            MetaKind::AttrBtree => (16, 8, 8),
             _ => return None,
         };
         Some(BtreeLayout {
@@ -286,7 +283,9 @@ impl BtreeLayout {
                     _ => 0..0,
                 }
             }
-            MetaKind::BmapBtree => u64::from(AG_HEADER_BLOCKS)..geometry.block_count,
+            MetaKind::BmapBtree | MetaKind::AttrBtree => {
+                u64::from(AG_HEADER_BLOCKS)..geometry.block_count
+            }
             _ => 0..1u64 << 32,
         }
     }

@@ -43,10 +43,15 @@
 //!   zero, keys (u64 logical blocks) from @8, pointers (u64 filesystem blocks) from
 //!   `@8 + 8 * max` where `max = (fork_bytes - 8) / 16`.
 //! - Device (4): nothing in the fork; the device number is `rdev`. Data fork only.
+//! - In the attr fork, Btree (3) is the attribute index root (`xattr::XattrIndexRoot`,
+//!   16 bytes) instead of an extent tree root.
 
 use std::ops::Range;
 
 use crate::FormatError;
+
+/// Bytes of an attr fork in index form (`xattr::XattrIndexRoot`).
+const XATTR_INDEX_ROOT_BYTES: usize = 16;
 use crate::extent::{Extent, decode_extents, encode_extents};
 use crate::header::{Expected, MetaHeader, verify_header};
 use crate::limits::{
@@ -338,11 +343,14 @@ impl InodeCore {
                 extent_count.into(),
                 "more extents than the fork holds",
             )),
-            ForkFormat::Btree if fork_bytes < BmapRoot::HEADER_BYTES + 16 => Err(bad(
+            ForkFormat::Btree if fork == "attr" && fork_bytes < XATTR_INDEX_ROOT_BYTES => Err(bad(
                 field,
                 fork_bytes as u64,
-                "fork too small for a tree root",
+                "fork too small for an attribute index root",
             )),
+            ForkFormat::Btree if fork == "data" && fork_bytes < BmapRoot::HEADER_BYTES + 16 => Err(
+                bad(field, fork_bytes as u64, "fork too small for a tree root"),
+            ),
             ForkFormat::Local | ForkFormat::Device if extent_count != 0 => Err(bad(
                 field,
                 extent_count.into(),

@@ -9,6 +9,7 @@
 //! - every metadata block starts with `MetaHeader` (magic, CRC32C, own block, UUID, owner,
 //!   LSN); `verify_header` checks them in that order, `stamp` sets LSN and CRC last.
 
+pub mod acl;
 pub mod agf;
 pub mod agfl;
 pub mod agi;
@@ -53,4 +54,7 @@ pub use ondisk::OnDisk;
 pub use superblock::Superblock;
 pub use symlink::SymlinkHeader;
 pub use types::{AgBlock, AgNumber, FsBlock, InodeNumber, Lsn};
-pub use xattr::{Namespace, Xattr, XattrLeaf, XattrLeafEntry, XattrLeafHeader, XattrValue};
+pub use xattr::{
+    Namespace, Xattr, XattrIndexKey, XattrIndexRecord, XattrIndexRoot, XattrLeaf, XattrLeafEntry,
+    XattrLeafHeader, XattrValue,
+};

@@ -59,6 +59,8 @@ pub const SYMLINK_LEN_MAX: usize = 4096;
 /// Longest extended attribute name and value in bytes.
 pub const XATTR_NAME_LEN_MAX: usize = 255;
 pub const XATTR_VALUE_LEN_MAX: usize = 65536;
+/// Most entries of a POSIX ACL: as many as an attribute value holds (4 + 8 bytes each).
+pub const ACL_ENTRIES_MAX: usize = (XATTR_VALUE_LEN_MAX - 4) / 8;
 
 /// Number of buckets of the per-AG unlinked-inode hash in the AGI.
 pub const AGI_UNLINKED_BUCKETS: usize = 64;

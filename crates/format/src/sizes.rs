@@ -12,7 +12,7 @@ use crate::log::{InodeCreate, LogRecordHeader};
 use crate::ondisk::OnDisk;
 use crate::superblock::Superblock;
 use crate::symlink::SymlinkHeader;
-use crate::xattr::XattrLeafHeader;
+use crate::xattr::{XattrIndexKey, XattrIndexRecord, XattrIndexRoot, XattrLeafHeader};
 
 const _: () = assert!(MetaHeader::SIZE == 48);
 const _: () = assert!(Superblock::SIZE == 256);
@@ -35,3 +35,6 @@ const _: () = assert!(LogRecordHeader::SIZE == 128);
 const _: () = assert!(InodeCreate::SIZE == 24);
 const _: () = assert!(SymlinkHeader::SIZE == 56);
 const _: () = assert!(XattrLeafHeader::SIZE == 56);
+const _: () = assert!(XattrIndexRecord::SIZE == 16);
+const _: () = assert!(XattrIndexRoot::SIZE == 16);
+const _: () = assert!(XattrIndexKey::SIZE == 8);

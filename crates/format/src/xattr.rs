@@ -24,13 +24,22 @@
 //! value_len u32 @0, name_len u8 @4, name @5, then either the value (local) or, for REMOTE
 //! entries, the FsBlock u64 of the first of `ceil(value_len / block_size)` contiguous blocks
 //! holding the raw value (written like file data, before the transaction that links it).
+//!
+//! Index form (Btree attr fork, for more attributes than one leaf holds): the fork holds an
+//! `XattrIndexRoot` (16 bytes): word 0 = root FsBlock of the index tree (bits 0..56) and its
+//! height (bits 56..64), word 1 = the leaf new attributes go to first (`NULL_BLOCK`: none).
+//! The index tree (`CXB1` blocks, a B+tree with FsBlock pointers) holds one
+//! `XattrIndexRecord` per attribute: hash u32 @0 (`name_hash` of the name), seq u32 @4
+//! (tells apart attributes whose names share a hash), leaf u64 @8 (the `CXA1` leaf block
+//! holding the attribute); its key is `XattrIndexKey` (hash, seq), 8 bytes. Leaves in index
+//! form are ordinary leaf blocks holding any subset of the attributes, each sorted as above.
 
 use std::collections::BTreeSet;
 
 use crate::FormatError;
 use crate::dir::name_hash;
 use crate::header::{HEADER_SIZE, MetaHeader};
-use crate::limits::{FS_BLOCK_MAX, XATTR_NAME_LEN_MAX, XATTR_VALUE_LEN_MAX};
+use crate::limits::{BTREE_LEVELS_MAX, FS_BLOCK_MAX, XATTR_NAME_LEN_MAX, XATTR_VALUE_LEN_MAX};
 use crate::ondisk::{
     OnDisk, bad_field, get_u8, get_u16, get_u32, get_u64, need, put_u8, put_u16, put_u32, put_u64,
 };
@@ -220,6 +229,13 @@ pub struct XattrLeaf {
 }
 
 impl XattrLeaf {
+    /// Index of the entry `(namespace, name)`.
+    pub fn find(&self, namespace: Namespace, name: &[u8]) -> Option<usize> {
+        self.entries
+            .iter()
+            .position(|e| e.namespace == namespace && e.name == name)
+    }
+
     /// Bytes the encoded block needs (header, table, records).
     pub fn used_bytes(&self) -> usize {
         let records: usize = self.entries.iter().map(XattrLeafEntry::record_bytes).sum();
@@ -388,6 +404,118 @@ fn decode_leaf_entry(area: &[u8], slot: usize) -> Result<XattrLeafEntry, &'stati
     })
 }
 
+/// One attribute's record in the index tree (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XattrIndexRecord {
+    /// `name_hash` of the attribute's name.
+    pub hash: u32,
+    /// Tells apart the records of names with the same hash.
+    pub seq: u32,
+    /// The leaf block holding the attribute.
+    pub leaf: FsBlock,
+}
+
+impl XattrIndexRecord {
+    pub fn key(&self) -> XattrIndexKey {
+        XattrIndexKey {
+            hash: self.hash,
+            seq: self.seq,
+        }
+    }
+}
+
+impl OnDisk for XattrIndexRecord {
+    const SIZE: usize = 16;
+    const NAME: &'static str = "xattr index record";
+
+    fn encode(&self, out: &mut [u8]) {
+        put_u32(out, 0, self.hash);
+        put_u32(out, 4, self.seq);
+        put_u64(out, 8, self.leaf.0);
+    }
+
+    fn decode(raw: &[u8]) -> Result<Self, FormatError> {
+        need(Self::NAME, raw, Self::SIZE)?;
+        let leaf = get_u64(raw, 8);
+        if leaf > FS_BLOCK_MAX {
+            let why = "leaf past the largest block";
+            return Err(bad_field(Self::NAME, NULL_BLOCK, "leaf", leaf, why));
+        }
+        Ok(Self {
+            hash: get_u32(raw, 0),
+            seq: get_u32(raw, 4),
+            leaf: FsBlock(leaf),
+        })
+    }
+}
+
+/// The key of the attribute index tree: a name's hash, then its sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct XattrIndexKey {
+    pub hash: u32,
+    pub seq: u32,
+}
+
+impl OnDisk for XattrIndexKey {
+    const SIZE: usize = 8;
+    const NAME: &'static str = "xattr index key";
+
+    fn encode(&self, out: &mut [u8]) {
+        put_u32(out, 0, self.hash);
+        put_u32(out, 4, self.seq);
+    }
+
+    fn decode(raw: &[u8]) -> Result<Self, FormatError> {
+        need(Self::NAME, raw, Self::SIZE)?;
+        Ok(Self {
+            hash: get_u32(raw, 0),
+            seq: get_u32(raw, 4),
+        })
+    }
+}
+
+/// The attr fork of the index form: the index tree's root and height, and the leaf that new
+/// attributes try first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XattrIndexRoot {
+    pub root: FsBlock,
+    pub levels: u32,
+    /// `None`: no leaf is known to have room.
+    pub fill: Option<FsBlock>,
+}
+
+impl OnDisk for XattrIndexRoot {
+    const SIZE: usize = 16;
+    const NAME: &'static str = "xattr index root";
+
+    fn encode(&self, out: &mut [u8]) {
+        put_u64(out, 0, self.root.0 | u64::from(self.levels) << 56);
+        put_u64(out, 8, self.fill.map_or(NULL_BLOCK, |block| block.0));
+    }
+
+    fn decode(raw: &[u8]) -> Result<Self, FormatError> {
+        need(Self::NAME, raw, Self::SIZE)?;
+        let bad = |field, value: u64, why| bad_field(Self::NAME, NULL_BLOCK, field, value, why);
+        let word = get_u64(raw, 0);
+        let (root, levels) = (word & ((1 << 56) - 1), (word >> 56) as u32);
+        if root > FS_BLOCK_MAX {
+            return Err(bad("root", root, "past the largest block"));
+        }
+        if levels == 0 || levels > BTREE_LEVELS_MAX {
+            return Err(bad("levels", levels.into(), "outside 1..=BTREE_LEVELS_MAX"));
+        }
+        let fill = get_u64(raw, 8);
+        if fill != NULL_BLOCK && fill > FS_BLOCK_MAX {
+            return Err(bad("fill", fill, "past the largest block"));
+        }
+        Ok(Self {
+            root: FsBlock(root),
+            levels,
+            fill: (fill != NULL_BLOCK).then_some(FsBlock(fill)),
+        })
+    }
+}
+
 /// The leaf block header as a fixed structure (for verifiers that only need the counts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct XattrLeafHeader {
@@ -544,10 +672,25 @@ mod tests {
         }
 
         #[test]
+        fn index_round_trip(seq: u32, hash: u32, leaf in 0u64..=FS_BLOCK_MAX,
+                            levels in 1u32..=BTREE_LEVELS_MAX,
+                            fill in proptest::option::of(0u64..=FS_BLOCK_MAX)) {
+            let record = XattrIndexRecord { hash, seq, leaf: FsBlock(leaf) };
+            prop_assert_eq!(XattrIndexRecord::decode(&record.to_bytes()).unwrap(), record);
+            let key = record.key();
+            prop_assert_eq!(XattrIndexKey::decode(&key.to_bytes()).unwrap(), key);
+            let root = XattrIndexRoot { root: FsBlock(leaf), levels, fill: fill.map(FsBlock) };
+            prop_assert_eq!(XattrIndexRoot::decode(&root.to_bytes()).unwrap(), root);
+        }
+
+        #[test]
         fn xattr_random_bytes_never_panic(raw in proptest::collection::vec(any::<u8>(), 0..600)) {
             let _ = decode_shortform_xattrs(&raw);
             let _ = XattrLeaf::decode_block(&raw);
             let _ = XattrLeafHeader::decode(&raw);
+            let _ = XattrIndexRecord::decode(&raw);
+            let _ = XattrIndexKey::decode(&raw);
+            let _ = XattrIndexRoot::decode(&raw);
         }
     }
 }

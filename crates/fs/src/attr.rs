@@ -1,16 +1,20 @@
 //! Attribute changes (chmod, chown, truncate, times) and open/release.
 
-use std::time::SystemTime;
-
 use cairn_journal::Reservation;
 
 use crate::fs::Filesystem;
-use crate::inode::{InodeData, now, timestamp};
-use crate::types::{Attr, Credentials, OpenFile, SetAttr, TimeOrNow};
+use crate::inode::{Inode, InodeData, now, timestamp};
+use crate::types::{AtimeMode, Attr, Credentials, OpenFile, SetAttr, TimeOrNow};
 use crate::{FsError, perm};
 
+/// How old an access time may get before relatime updates it anyway (a day, as Linux).
+const RELATIME_SECONDS: i64 = 24 * 60 * 60;
+
 impl Filesystem {
-    /// Applies `changes`; a size change truncates. Clears setuid/setgid where POSIX says.
+    /// Applies `changes` made by `who`; a size change truncates. Clears setuid/setgid where
+    /// Linux does. `changes.file` names the open handle the change came through, if any: a
+    /// handle opened for writing allows size and time changes without write permission on
+    /// the inode (ftruncate on a descriptor is checked against how it was opened).
     pub fn setattr(
         &self,
         inode: u64,
@@ -19,15 +23,27 @@ impl Filesystem {
     ) -> Result<Attr, FsError> {
         self.check_writable()?;
         let handle = self.live_inode(inode)?;
-        if let Some(size) = changes.size {
-            {
-                let data = handle.data.lock();
-                perm::check(&data, who, perm::WRITE)?;
+        let through_writable = changes.file.is_some_and(handle_is_writable);
+        let access_acl = {
+            let data = handle.data.lock();
+            let write = match through_writable {
+                true => Ok(()),
+                false => self.permission(inode, &data, who, perm::WRITE),
+            };
+            check_setattr(&data, changes, who, write)?;
+            match changes.mode {
+                Some(_) => self.acls(inode, &data)?.access,
+                None => None,
             }
+        };
+        if let Some(size) = changes.size {
             self.truncate(inode, size)?;
         }
+        if let Some(acl) = access_acl {
+            self.chmod_with_acl(inode, &acl, |data| apply(data, changes, who))?;
+            return self.getattr(inode);
+        }
         let mut data = handle.data.lock();
-        check_setattr(&data, changes, who)?;
         apply(&mut data, changes, who);
         let mut tx = self.begin(Reservation::for_items(&self.geometry, 0, 0, 1, 0))?;
         Self::log_inode(&mut tx, inode, &mut data);
@@ -60,16 +76,68 @@ impl Filesystem {
                     perm::READ | perm::WRITE
                 };
             }
-            perm::check(&data, who, mask)?;
+            self.permission(inode, &data, who, mask)?;
         }
-        if truncate && handle.data.lock().core.size > 0 {
-            self.truncate(inode, 0)?;
+        if truncate {
+            self.truncate_on_open(inode, &handle, who)?;
         }
         handle.data.lock().opens += 1;
         Ok(OpenFile {
             inode,
-            handle: self.new_handle(),
+            handle: self.new_handle() << 1 | u64::from(write),
         })
+    }
+
+    /// Records an access of the inode held by `handle` (a read, a directory listing) as
+    /// the mount's atime mode says: never (noatime), always (strictatime), or, by default
+    /// (relatime), when the access time is not after the modification or change time or is
+    /// a day old. A failed update is ignored, as Linux does: the access itself succeeded.
+    pub(crate) fn accessed(&self, number: u64, handle: &Inode) {
+        if self.options.read_only || self.options.atime == AtimeMode::Noatime {
+            return;
+        }
+        let mut data = handle.data.lock();
+        let now = now();
+        let core = &data.core;
+        let due = match self.options.atime {
+            AtimeMode::Strict => true,
+            _ => {
+                core.atime <= core.mtime
+                    || core.atime <= core.ctime
+                    || now.seconds.saturating_sub(core.atime.seconds) >= RELATIME_SECONDS
+            }
+        };
+        if !due || !data.is_allocated() {
+            return;
+        }
+        data.core.atime = now;
+        let reservation = Reservation::for_items(&self.geometry, 0, 0, 1, 0);
+        if let Ok(mut tx) = self.begin(reservation) {
+            Self::log_inode(&mut tx, number, &mut data);
+            let _ = Self::commit(tx, &mut [&mut data]);
+        }
+    }
+
+    /// `open(O_TRUNC)`: empties the file and, for callers other than root, clears the
+    /// set-ID bits as a truncate does (the kernel leaves both to the open when it lets the
+    /// filesystem truncate atomically).
+    fn truncate_on_open(
+        &self,
+        inode: u64,
+        handle: &Inode,
+        who: &Credentials,
+    ) -> Result<(), FsError> {
+        if handle.data.lock().core.size > 0 {
+            self.truncate(inode, 0)?;
+        }
+        let mut data = handle.data.lock();
+        if perm::clear_set_id_unless_root(&mut data, who) {
+            data.core.ctime = now();
+            let mut tx = self.begin(Reservation::for_items(&self.geometry, 0, 0, 1, 0))?;
+            Self::log_inode(&mut tx, inode, &mut data);
+            Self::commit(tx, &mut [&mut data])?;
+        }
+        Ok(())
     }
 
     /// Closes `file`; the last close of an unlinked inode frees it.
@@ -92,31 +160,54 @@ impl Filesystem {
     }
 }
 
-fn check_setattr(data: &InodeData, changes: &SetAttr, who: &Credentials) -> Result<(), FsError> {
+/// Whether an open handle was opened for writing (its lowest bit; see `open`).
+fn handle_is_writable(handle: u64) -> bool {
+    handle & 1 == 1
+}
+
+/// The permission rules of a setattr, as Linux's `setattr_prepare` applies them, adjusted
+/// for what the kernel sends on its own behalf: time stamps of a writeback (explicit times
+/// through a writable handle), set-to-now times (which arrive as explicit times when the
+/// kernel owns them), the set-ID bits it clears for a writer, and ctime, which only the
+/// kernel ever stamps. Through FUSE the kernel has already refused what a caller may not do
+/// (the mount always has `default_permissions`); these checks keep the library honest.
+/// `write` is whether the caller may write the inode, or came through a writable handle.
+fn check_setattr(
+    data: &InodeData,
+    changes: &SetAttr,
+    who: &Credentials,
+    write: Result<(), FsError>,
+) -> Result<(), FsError> {
     let owner = perm::is_owner(data, who);
-    if changes.mode.is_some() && !owner {
-        return Err(FsError::NotPermitted);
-    }
-    if let Some(uid) = changes.uid
-        && uid != data.core.uid
-        && who.uid != 0
+    let may_write = write.is_ok();
+    if let Some(mode) = changes.mode
+        && !owner
+        && !(perm::only_clears_set_id(data, mode) && may_write)
     {
         return Err(FsError::NotPermitted);
     }
-    if let Some(gid) = changes.gid
-        && gid != data.core.gid
-        && who.uid != 0
-        && !(owner && who.in_group(gid))
-    {
+    let changes_owner = |uid: u32| uid != data.core.uid || who.uid != data.core.uid;
+    if who.uid != 0 && changes.uid.is_some_and(changes_owner) {
         return Err(FsError::NotPermitted);
     }
-    let explicit = |t: Option<TimeOrNow>| matches!(t, Some(TimeOrNow::Time(_)));
-    if (explicit(changes.atime) || explicit(changes.mtime) || changes.ctime.is_some()) && !owner {
+    let allowed_group =
+        |gid: u32| who.uid == data.core.uid && (who.in_group(gid) || gid == data.core.gid);
+    if who.uid != 0 && changes.gid.is_some_and(|gid| !allowed_group(gid)) {
         return Err(FsError::NotPermitted);
     }
-    let to_now = |t: Option<TimeOrNow>| matches!(t, Some(TimeOrNow::Now));
-    if (to_now(changes.atime) || to_now(changes.mtime)) && !owner {
-        perm::check(data, who, perm::WRITE)?;
+    let times = [changes.atime, changes.mtime];
+    if !owner && times.iter().any(Option::is_some) && !may_write {
+        let explicit = times.iter().any(|t| matches!(t, Some(TimeOrNow::Time(_))));
+        return Err(match explicit {
+            true => FsError::NotPermitted,
+            false => FsError::PermissionDenied,
+        });
+    }
+    if changes.size.is_some() {
+        if data.is_dir() {
+            return Err(FsError::IsDirectory);
+        }
+        write?;
     }
     Ok(())
 }
@@ -124,20 +215,23 @@ fn check_setattr(data: &InodeData, changes: &SetAttr, who: &Credentials) -> Resu
 fn apply(data: &mut InodeData, changes: &SetAttr, who: &Credentials) {
     let type_bits = data.core.mode & cairn_format::inode::MODE_TYPE_MASK;
     if let Some(mode) = changes.mode {
-        data.core.mode = type_bits | perm::chmod_mode(data, who, mode);
+        let mode = match perm::is_owner(data, who) {
+            true => perm::chmod_mode(who, changes.gid.unwrap_or(data.core.gid), mode),
+            false => mode & cairn_format::inode::MODE_PERMISSION_MASK,
+        };
+        data.core.mode = type_bits | mode;
+    } else if changes.uid.is_some() || changes.gid.is_some() {
+        // A chown clears the set-ID bits even when it changes nothing (Linux's
+        // chown_common); a request that also sets the mode says what it wants.
+        perm::clear_set_id_on_chown(data, who);
+    } else if changes.size.is_some() {
+        perm::clear_set_id_unless_root(data, who);
     }
-    let owner_change = changes.uid.is_some_and(|u| u != data.core.uid)
-        || changes.gid.is_some_and(|g| g != data.core.gid);
     if let Some(uid) = changes.uid {
         data.core.uid = uid;
     }
     if let Some(gid) = changes.gid {
         data.core.gid = gid;
-    }
-    // chown clears setuid/setgid for everyone, a truncate for callers other than root.
-    let truncated = changes.size.is_some() && who.uid != 0;
-    if (owner_change || truncated) && changes.mode.is_none() && !data.is_dir() {
-        perm::kill_suid(data);
     }
     let resolve = |t: TimeOrNow| match t {
         TimeOrNow::Now => now(),
@@ -150,5 +244,4 @@ fn apply(data: &mut InodeData, changes: &SetAttr, who: &Credentials) {
         data.core.mtime = resolve(mtime);
     }
     data.core.ctime = changes.ctime.map_or_else(now, timestamp);
-    let _: Option<SystemTime> = None;
 }

@@ -97,7 +97,7 @@ fn levels_bound(kind: MetaKind, block_size: u32, records: u64) -> u32 {
 }
 
 /// Height bound of an AG's free-space trees (at most one record per two blocks).
-fn free_tree_levels(fs: &Filesystem) -> u32 {
+pub(crate) fn free_tree_levels(fs: &Filesystem) -> u32 {
     let records = u64::from(fs.geometry.ag_blocks).div_ceil(2);
     levels_bound(MetaKind::BnoBtree, fs.geometry.block_size, records)
 }
@@ -313,22 +313,6 @@ impl FileMap {
             _ => start,
         };
         (step_start, self.cut(step_start, end))
-    }
-
-    /// Frees the physical blocks of `removed` pieces (already cut) in `tx`.
-    pub fn free(
-        &mut self,
-        fs: &Filesystem,
-        tx: &mut Tx<'_>,
-        data: &mut InodeData,
-        removed: &[Extent],
-    ) -> Result<(), FsError> {
-        let mut sorted = removed.to_vec();
-        sorted.sort_by_key(|e| e.fs_block.0);
-        for extent in &sorted {
-            self.floor = self.floor.max(fs.geometry.ag_of(extent.fs_block).0);
-        }
-        free_pieces(fs, tx, data, &sorted)
     }
 
     /// Writes the map back into the fork: inline when it fits (freeing a tree that shrank to

@@ -16,6 +16,7 @@ use cairn_journal::Reservation;
 use crate::bmap::{self, FileMap, Mapping, Placement};
 use crate::fs::Filesystem;
 use crate::inode::{Inode, InodeData, now};
+use crate::types::Credentials;
 use crate::{FsError, perm};
 
 /// Largest single read or write, in bytes.
@@ -44,6 +45,7 @@ impl Filesystem {
         };
         let end = size.min(offset.saturating_add(u64::from(len)));
         if offset >= end {
+            self.accessed(inode, &handle);
             return Ok(Vec::new());
         }
         Self::count(&self.counters.reads, 1);
@@ -51,6 +53,7 @@ impl Filesystem {
         let mut out = vec![0u8; (end - offset) as usize];
         let extents = self.data_cache.inode(inode, generation);
         self.read_range(&handle, &extents, offset, &mut out)?;
+        self.accessed(inode, &handle);
         Ok(out)
     }
 
@@ -91,7 +94,31 @@ impl Filesystem {
     }
 
     /// Writes `data` at `offset`, extending the file as needed; returns the bytes written.
+    /// The set-ID bits stay, as for a writer holding CAP_FSETID.
     pub fn write(&self, inode: u64, offset: u64, data: &[u8]) -> Result<u32, FsError> {
+        self.write_as(inode, offset, data, None)
+    }
+
+    /// `write` by a process without CAP_FSETID: also clears setuid, and setgid where
+    /// Linux does (group-executable, or `writer` outside the file's group), in the same
+    /// transaction as the write.
+    pub fn write_clearing_set_id(
+        &self,
+        inode: u64,
+        offset: u64,
+        data: &[u8],
+        writer: &Credentials,
+    ) -> Result<u32, FsError> {
+        self.write_as(inode, offset, data, Some(writer))
+    }
+
+    fn write_as(
+        &self,
+        inode: u64,
+        offset: u64,
+        data: &[u8],
+        clear_set_id_for: Option<&Credentials>,
+    ) -> Result<u32, FsError> {
         self.check_writable()?;
         if data.len() as u64 > IO_BYTES_MAX {
             return Err(FsError::InvalidArgument("write larger than the limit"));
@@ -147,6 +174,21 @@ impl Filesystem {
             .saturating_sub(blocks_before);
         self.note_preallocation(inode, &plan, mapped);
         self.write_blocks(&handle, &extents, offset, data)?;
+        self.commit_written(&handle, (first, last), end, clear_set_id_for)?;
+        Self::count(&self.counters.write_bytes, data.len() as u64);
+        Ok(data.len() as u32)
+    }
+
+    /// The second transaction of a write: file blocks `blocks` become written, the size
+    /// grows to `end`, the times move, and the set-ID bits go if `clear_set_id_for` says so.
+    fn commit_written(
+        &self,
+        handle: &Inode,
+        (first, last): (u64, u64),
+        end: u64,
+        clear_set_id_for: Option<&Credentials>,
+    ) -> Result<(), FsError> {
+        let inode = handle.number;
         let mut meta = handle.data.lock();
         let mut tx = self.begin(self.write_reservation())?;
         let mut map = FileMap::load(self, &mut tx, inode, &meta)?;
@@ -156,12 +198,12 @@ impl Filesystem {
         meta.core.mtime = now;
         meta.core.ctime = now;
         meta.core.size = meta.core.size.max(end);
-        perm::kill_suid(&mut meta);
+        if let Some(writer) = clear_set_id_for {
+            perm::clear_set_id(&mut meta, writer);
+        }
         Self::log_inode(&mut tx, inode, &mut meta);
         Self::commit(tx, &mut [&mut meta])?;
-        stored?;
-        Self::count(&self.counters.write_bytes, data.len() as u64);
-        Ok(data.len() as u32)
+        stored
     }
 
     /// The mapping of file block `block` through the extent cache (the caller holds the I/O
@@ -190,7 +232,7 @@ impl Filesystem {
     pub(crate) fn allocate_range(
         &self,
         inode: u64,
-        lock: &parking_lot::Mutex<InodeData>,
+        lock: &cairn_lockrank::Mutex<InodeData>,
         first: u64,
         last: u64,
         placement: Placement,

@@ -739,36 +739,33 @@ pub(crate) fn set_parent(
     set_marker(fs, tx, data, PARENT_MARKER, parent)
 }
 
-/// Frees a removed directory's blocks in the transaction that frees its inode: whatever
-/// `free_blocks_in_steps` left (data block 0 and the index root).
-pub(crate) fn free_blocks(
-    fs: &Filesystem,
-    tx: &mut Tx<'_>,
-    data: &mut InodeData,
-) -> Result<(), FsError> {
-    let number = data.core.header.blkno;
-    let mut map = FileMap::load(fs, tx, number, data)?;
-    let removed = map.cut(0, u64::MAX);
-    invalidate_blocks(fs, tx, number, &removed)?;
-    map.store(fs, tx, data)?;
-    map.free(fs, tx, data, &removed)?;
-    data.reset_data_fork(ForkFormat::Extents);
-    data.core.size = 0;
-    Ok(())
-}
-
-/// Unmaps and frees the data blocks after block 0 of a removed (empty) directory, at most
-/// `FREE_STEP_BLOCKS` blocks and `EXTENTS_PER_STEP` extents per step, from the end: each step
-/// invalidates the blocks, shrinks the directory and names them in a free intent, and a
-/// second transaction frees them and logs the done item, as the data path's unmaps. Every
-/// step leaves an empty directory of fewer blocks; the index (one root leaf once empty)
-/// stays for `free_blocks`.
-pub(crate) fn free_blocks_in_steps(
+/// The last freeing step of a removed directory: what `free_blocks_in_steps` left (data
+/// block 0 and the index root), unmapped and invalidated under a free intent as every other
+/// step, then freed in a second transaction. The inode's own final transaction then touches
+/// no directory block: it locks only its AG's AGI and AGF, in that order (docs/fs.md).
+pub(crate) fn free_remaining_blocks(
     fs: &Filesystem,
     number: u64,
     data: &mut InodeData,
 ) -> Result<(), FsError> {
-    let block_size = u64::from(fs.geometry.block_size);
+    if data.core.data_format == ForkFormat::Local {
+        return Ok(());
+    }
+    let mut tx = fs.begin(free_step_reservation(fs))?;
+    let mut map = FileMap::load(fs, &mut tx, number, data)?;
+    let removed = map.cut(0, u64::MAX);
+    invalidate_blocks(fs, &mut tx, number, &removed)?;
+    data.core.size = 0;
+    if removed.is_empty() {
+        Filesystem::log_inode(&mut tx, number, data);
+        Filesystem::commit(tx, &mut [data])?;
+        return Ok(());
+    }
+    bmap::commit_unmap(fs, tx, number, data, &mut map, &removed)
+}
+
+/// One freeing step's reservation: the unmap and free, and the invalidation of its blocks.
+fn free_step_reservation(fs: &Filesystem) -> Reservation {
     let invalidations = Reservation::for_items(
         &fs.geometry,
         FREE_STEP_BLOCKS as u32,
@@ -776,7 +773,22 @@ pub(crate) fn free_blocks_in_steps(
         0,
         0,
     );
-    let reservation = Reservation::new(step_reservation(fs).bytes + invalidations.bytes);
+    Reservation::new(step_reservation(fs).bytes + invalidations.bytes)
+}
+
+/// Unmaps and frees the data blocks after block 0 of a removed (empty) directory, at most
+/// `FREE_STEP_BLOCKS` blocks and `EXTENTS_PER_STEP` extents per step, from the end: each step
+/// invalidates the blocks, shrinks the directory and names them in a free intent, and a
+/// second transaction frees them and logs the done item, as the data path's unmaps. Every
+/// step leaves an empty directory of fewer blocks; the index (one root leaf once empty)
+/// stays for `free_remaining_blocks`.
+pub(crate) fn free_blocks_in_steps(
+    fs: &Filesystem,
+    number: u64,
+    data: &mut InodeData,
+) -> Result<(), FsError> {
+    let block_size = u64::from(fs.geometry.block_size);
+    let reservation = free_step_reservation(fs);
     while data.core.data_format != ForkFormat::Local && block_count(fs, data) > 1 {
         let end = u64::from(block_count(fs, data));
         let mut tx = fs.begin(reservation)?;

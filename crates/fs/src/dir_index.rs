@@ -210,11 +210,11 @@ impl<'a, 'j> IndexCtx<'a, 'j> {
 /// The typed error behind a failed block allocation or free of the index tree: the tree sees
 /// a `TreeError` (its text), the caller gets the `FsError` back from `checked`.
 #[derive(Debug, Default)]
-struct Failure(Option<FsError>);
+pub(crate) struct Failure(Option<FsError>);
 
 impl Failure {
     /// Keeps `error`; returns what the tree sees (`NoSpace` stays `NoSpace`).
-    fn keep(&mut self, error: FsError) -> TreeError {
+    pub fn keep(&mut self, error: FsError) -> TreeError {
         let tree_error = match &error {
             FsError::NoSpace => TreeError::NoSpace {
                 why: "no free block for a directory index".into(),
@@ -228,7 +228,7 @@ impl Failure {
     }
 
     /// `result` of a tree operation, its error replaced by the kept one, if any.
-    fn checked<T>(&mut self, result: Result<T, TreeError>) -> Result<T, FsError> {
+    pub fn checked<T>(&mut self, result: Result<T, TreeError>) -> Result<T, FsError> {
         let kept = self.0.take();
         result.map_err(|error| kept.unwrap_or_else(|| error.into()))
     }

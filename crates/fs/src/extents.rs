@@ -16,7 +16,7 @@ use std::sync::Arc;
 use cairn_extcache::{CacheConfig, ExtentCache, ExtentState, InodeExtents};
 use cairn_format::limits::{EXTENT_LEN_MAX, FILE_BLOCK_MAX};
 use cairn_format::{Extent, FsBlock};
-use parking_lot::Mutex;
+use cairn_lockrank::{Mutex, Rank};
 
 use crate::FsError;
 use crate::bmap::{Mapping, piece};
@@ -39,7 +39,7 @@ impl DataCache {
     pub fn new() -> Result<Self, FsError> {
         Ok(Self {
             cache: ExtentCache::new(CacheConfig::default()).map_err(cache_error)?,
-            inodes: Mutex::new(HashMap::new()),
+            inodes: Mutex::new(Rank::ExtentHandles, HashMap::new()),
         })
     }
 
@@ -51,14 +51,24 @@ impl DataCache {
         {
             return Arc::clone(handle);
         }
+        // Handles leave the map under its lock but are dropped after it: dropping the last
+        // reference takes the extent cache's own locks, which rank below this one.
+        let mut dropped = Vec::new();
         if inodes.len() >= CACHED_INODES_TARGET {
-            inodes.retain(|_, (_, handle)| handle.object_count() > 0);
+            let idle: Vec<u64> = inodes
+                .iter()
+                .filter(|(_, (_, handle))| handle.object_count() == 0)
+                .map(|(&number, _)| number)
+                .collect();
+            dropped.extend(idle.iter().filter_map(|number| inodes.remove(number)));
             if inodes.len() >= CACHED_INODES_TARGET {
-                inodes.clear();
+                dropped.extend(inodes.drain().map(|(_, entry)| entry));
             }
         }
         let handle = Arc::new(self.cache.open_inode(number));
-        inodes.insert(number, (generation, Arc::clone(&handle)));
+        dropped.extend(inodes.insert(number, (generation, Arc::clone(&handle))));
+        drop(inodes);
+        drop(dropped);
         handle
     }
 

@@ -14,17 +14,31 @@ use crate::bmap::{FileMap, Mapping, Placement, commit_unmap, step_reservation};
 use crate::data::check_data_file;
 use crate::fs::Filesystem;
 use crate::inode::{InodeData, now};
-use crate::types::FallocateMode;
+use crate::types::{Credentials, FallocateMode};
 use crate::{FsError, perm};
 
 impl Filesystem {
-    /// Preallocates, punches or zeroes `len` bytes at `offset` of a regular file.
+    /// Preallocates, punches or zeroes `len` bytes at `offset` of a regular file. The
+    /// set-ID bits stay, as for a caller holding CAP_FSETID (see `fallocate_by`).
     pub fn fallocate(
         &self,
         inode: u64,
         offset: u64,
         len: u64,
         mode: FallocateMode,
+    ) -> Result<(), FsError> {
+        self.fallocate_by(inode, offset, len, mode, &Credentials::root())
+    }
+
+    /// `fallocate` by `who`: callers other than root also lose the set-ID bits, as a
+    /// write clears them.
+    pub fn fallocate_by(
+        &self,
+        inode: u64,
+        offset: u64,
+        len: u64,
+        mode: FallocateMode,
+        who: &Credentials,
     ) -> Result<(), FsError> {
         self.check_writable()?;
         let end = offset
@@ -68,7 +82,7 @@ impl Filesystem {
         let now = now();
         meta.core.mtime = now;
         meta.core.ctime = now;
-        perm::kill_suid(&mut meta);
+        perm::clear_set_id_unless_root(&mut meta, who);
         Self::log_inode(&mut tx, inode, &mut meta);
         Self::commit(tx, &mut [&mut meta])?;
         Ok(())
@@ -79,7 +93,7 @@ impl Filesystem {
     fn zero_range(
         &self,
         inode: u64,
-        lock: &parking_lot::Mutex<InodeData>,
+        lock: &cairn_lockrank::Mutex<InodeData>,
         offset: u64,
         end: u64,
     ) -> Result<(), FsError> {

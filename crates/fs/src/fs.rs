@@ -46,12 +46,28 @@ pub(crate) fn inode_tree_reserve(geometry: &Geometry) -> u32 {
 }
 
 /// In-memory state of one AG's inodes (exact: changed under the AGI buffer lock).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct AgInodes {
     pub count: AtomicI64,
     pub free: AtomicI64,
     /// False after a chunk allocation failed here; reset when blocks are freed.
     pub chunk_hint: AtomicBool,
+    /// The AG's unlinked lists in memory (see `unlinked.rs`).
+    pub unlinked: cairn_lockrank::Mutex<crate::unlinked::UnlinkedIndex>,
+}
+
+impl Default for AgInodes {
+    fn default() -> Self {
+        Self {
+            count: AtomicI64::new(0),
+            free: AtomicI64::new(0),
+            chunk_hint: AtomicBool::new(false),
+            unlinked: cairn_lockrank::Mutex::new(
+                cairn_lockrank::Rank::UnlinkedIndex,
+                crate::unlinked::UnlinkedIndex::default(),
+            ),
+        }
+    }
 }
 
 /// Counters of operations.
@@ -78,7 +94,9 @@ pub struct Filesystem {
     pub(crate) superblock: Superblock,
     pub(crate) cache: Arc<BufferCache>,
     pub(crate) journal: Journal,
-    pub(crate) alloc: Allocator,
+    pub(crate) alloc: Arc<Allocator>,
+    /// The online discard thread (`MountOptions::discard`).
+    discarder: Option<crate::discard::Discarder>,
     pub(crate) inodes: InodeCache,
     pub(crate) cluster_spec: ReadSpec,
     pub(crate) options: MountOptions,
@@ -89,7 +107,7 @@ pub struct Filesystem {
     pub(crate) dir_rotor: AtomicU32,
     pub(crate) recovery: RecoveryReport,
     /// Serialises renames (see `rename.rs` for the lock order).
-    pub(crate) rename_lock: parking_lot::Mutex<()>,
+    pub(crate) rename_lock: cairn_lockrank::Mutex<()>,
     pub(crate) preallocs: crate::prealloc::Preallocs,
     pub(crate) data_cache: crate::extents::DataCache,
 }
@@ -127,12 +145,35 @@ impl Filesystem {
         };
         let (journal, recovery) =
             Journal::open(Arc::clone(&cache), Arc::clone(&device), &superblock, config)?;
+        if !recovery.clean && read_superblock(device.as_ref())?.geometry != geometry {
+            // The log held a grow: mount again with the geometry it wrote (the log is
+            // clean now, or holds only relogged intents).
+            drop(journal);
+            drop(cache);
+            return Self::mount(device, options);
+        }
         let cluster_spec =
             inode_cluster_spec(geometry.inode_size, uuid).ok_or(FsError::corrupt(
                 "superblock",
                 0,
                 "no inode cluster verifier for the inode size",
             ))?;
+        let alloc = Allocator::new(geometry, uuid)
+            .with_ag_reserve(inode_tree_reserve(&geometry))
+            .with_discard(options.discard && !options.read_only);
+        let alloc = Arc::new(alloc);
+        let discarder = match options.discard && !options.read_only {
+            true => {
+                let discarder = crate::discard::Discarder::start(
+                    Arc::clone(&alloc),
+                    &journal,
+                    Arc::clone(&device),
+                    geometry,
+                )?;
+                Some(discarder)
+            }
+            false => None,
+        };
         let fs = Self {
             device,
             geometry,
@@ -141,7 +182,8 @@ impl Filesystem {
             superblock,
             cache,
             journal,
-            alloc: Allocator::new(geometry, uuid).with_ag_reserve(inode_tree_reserve(&geometry)),
+            alloc,
+            discarder,
             inodes: InodeCache::new(),
             cluster_spec,
             options,
@@ -153,7 +195,7 @@ impl Filesystem {
             generation: AtomicU32::new(created as u32),
             dir_rotor: AtomicU32::new(0),
             recovery,
-            rename_lock: parking_lot::Mutex::new(()),
+            rename_lock: cairn_lockrank::Mutex::new(cairn_lockrank::Rank::Rename, ()),
             preallocs: crate::prealloc::Preallocs::default(),
             data_cache: crate::extents::DataCache::new()?,
         };
@@ -176,12 +218,25 @@ impl Filesystem {
         Self::mount(device, options)
     }
 
-    /// Flushes everything, writes exact superblock counters and leaves a clean log.
+    /// Flushes everything, writes exact superblock counters and leaves a clean log; with
+    /// online discard, also discards everything freed before returning.
     pub fn unmount(self) -> Result<(), FsError> {
         if !self.options.read_only {
             self.write_superblock()?;
         }
+        self.finish_unmount()
+    }
+
+    /// `unmount` after the superblock is written: the log made clean, everything home.
+    pub(crate) fn finish_unmount(self) -> Result<(), FsError> {
+        if let Some(discarder) = &self.discarder {
+            discarder.quiesce();
+        }
         self.journal.unmount()?;
+        if let Some(discarder) = &self.discarder {
+            // Every commit is durable now, the last frees' included.
+            discarder.drain(u64::MAX);
+        }
         self.cache.flush_delwri()?;
         self.device.flush()?;
         Ok(())
@@ -202,6 +257,21 @@ impl Filesystem {
         self.journal.force_all()?;
         self.device.flush()?;
         Ok(())
+    }
+
+    /// With online discard: waits until everything freed by a durable commit has been
+    /// discarded (the discard thread otherwise does it soon after each checkpoint).
+    pub fn drain_discards(&self) {
+        if let Some(discarder) = &self.discarder {
+            discarder.drain(self.journal.durable_sequence().0);
+        }
+    }
+
+    /// Online discard so far: ranges discarded, bytes, and failed discards.
+    pub fn discard_counts(&self) -> (u64, u64, u64) {
+        self.discarder
+            .as_ref()
+            .map_or((0, 0, 0), crate::discard::Discarder::counts)
     }
 
     /// Statistics for `statfs`, summed from the AG headers and in-memory inode counts.
@@ -323,8 +393,8 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Writes the superblock with counters summed from the AG headers.
-    fn write_superblock(&self) -> Result<(), FsError> {
+    /// The superblock with counters summed from the AG headers and the inode counts.
+    pub(crate) fn counted_superblock(&self) -> Result<Superblock, FsError> {
         let mut superblock = self.superblock.clone();
         let mut free_blocks = 0u64;
         for ag in 0..self.geometry.ag_count {
@@ -334,6 +404,12 @@ impl Filesystem {
         superblock.free_blocks = free_blocks;
         superblock.inode_count = inodes;
         superblock.free_inodes = free_inodes;
+        Ok(superblock)
+    }
+
+    /// Writes the superblock with counters summed from the AG headers.
+    fn write_superblock(&self) -> Result<(), FsError> {
+        let superblock = self.counted_superblock()?;
         let geometry = &self.geometry;
         let reservation = Reservation::for_items(geometry, 1, geometry.block_size, 0, 0);
         let mut tx = self.begin(reservation)?;

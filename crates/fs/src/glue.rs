@@ -30,6 +30,7 @@ fn journal_error(block: FsBlock, error: cairn_journal::JournalError) -> TreeErro
 }
 
 impl<'j> Buffers<'j> for Tx<'j> {
+    #[track_caller]
     fn buffer(
         &mut self,
         block: FsBlock,
@@ -148,7 +149,11 @@ impl<'j> TreeContext<'j> for AgTreeCtx<'_, 'j> {
         let geometry = self.alloc.geometry();
         let target = FsBlock(geometry.ag_start(self.ag));
         // Inode trees may use the AG's reserve: an inode free must not fail for want of space.
-        let mut request = Request::near(target, 1, 1).with_reserve();
+        // In this AG only: the trees' pointers are AG-relative, and no other AG's header
+        // should be locked for nothing.
+        let mut request = Request::near(target, 1, 1)
+            .with_reserve()
+            .in_target_ag_only();
         request.lowest_ag = cairn_format::AgNumber(self.ag);
         let log = JournalLog(self.journal);
         let found = self
@@ -159,25 +164,8 @@ impl<'j> TreeContext<'j> for AgTreeCtx<'_, 'j> {
             })?;
         match found {
             Some(allocation) if allocation.ag.0 == self.ag => Ok(allocation.fs_start),
-            Some(allocation) => {
-                let sequence = free_sequence(self.journal);
-                self.alloc
-                    .free(
-                        self.tx,
-                        &JournalLog(self.journal),
-                        allocation.fs_start,
-                        allocation.length,
-                        sequence,
-                    )
-                    .map_err(|error| TreeError::NoSpace {
-                        why: error.to_string(),
-                    })?;
-                Err(TreeError::NoSpace {
-                    why: "no free block in the inode tree's AG".into(),
-                })
-            }
-            None => Err(TreeError::NoSpace {
-                why: "no free block for an inode tree".into(),
+            _ => Err(TreeError::NoSpace {
+                why: "no free block in the inode tree's AG".into(),
             }),
         }
     }

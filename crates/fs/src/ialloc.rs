@@ -5,7 +5,7 @@ use cairn_alloc::Request;
 use cairn_btree::{Btree, InoCodec, TreeCodec, TreeSpec};
 use cairn_bufcache::{BufKey, HeaderOps, ReadSpec};
 use cairn_format::btree_block::{InoKey, InodeRecord};
-use cairn_format::limits::{AG_AGI_BLOCK, INODES_PER_CHUNK};
+use cairn_format::limits::{AG_AGF_BLOCK, AG_AGI_BLOCK, INODES_PER_CHUNK};
 use cairn_format::{AgBlock, AgNumber, Agi, FsBlock, MetaKind, OnDisk};
 
 use crate::FsError;
@@ -40,6 +40,7 @@ pub(crate) fn agi_location(fs: &Filesystem, ag: u32) -> (FsBlock, ReadSpec) {
 }
 
 /// Reads AG `ag`'s AGI inside the transaction.
+#[track_caller]
 pub(crate) fn read_agi(fs: &Filesystem, tx: &mut Tx<'_>, ag: u32) -> Result<Agi, FsError> {
     let (block, spec) = agi_location(fs, ag);
     let guard = tx.tx.get_buf(BufKey::single(block.0), &spec)?;
@@ -74,33 +75,54 @@ fn store_roots(agi: &mut Agi, ino: &Btree<InoCodec>, fino: &Btree<FinoCodec>) {
     agi.fino_levels = fino.levels();
 }
 
+/// What `allocate_inode` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InodeAlloc {
+    Allocated(u64),
+    /// An AG locked its AGF for a chunk it could not place (and is now marked as having no
+    /// room for one): no further AGI may be locked in this transaction, since every AGI
+    /// comes before every AGF. The caller commits it and tries again in a new one.
+    TryAgain,
+}
+
 /// Allocates a free inode, preferring AG `preferred`; returns its number. The caller
 /// initialises the inode. `NoSpace` when no AG has a free inode or room for a chunk.
 pub(crate) fn allocate_inode(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
     preferred: u32,
-) -> Result<u64, FsError> {
+) -> Result<InodeAlloc, FsError> {
     let count = fs.geometry.ag_count;
     let preferred = preferred.min(count - 1);
-    // Ascending from the preferred AG keeps AGI locks in order within this transaction; a
-    // wrap to lower AGs happens only before any AGI was joined.
+    // AGIs ascend within a transaction: from the preferred AG up, then a wrap to lower AGs
+    // only before any AGI was joined.
     for ag in (preferred..count).chain(0..preferred) {
-        if ag < preferred && tx_holds_agi(fs, tx, preferred..count) {
+        if ag < preferred && tx_holds_header(tx, preferred..count, |ag| agi_location(fs, ag).0) {
             break;
         }
+        if tx_holds_header(tx, 0..count, |ag| agf_block(fs, ag)) {
+            return Ok(InodeAlloc::TryAgain);
+        }
         if let Some(number) = allocate_in_ag(fs, tx, ag)? {
-            return Ok(number);
+            return Ok(InodeAlloc::Allocated(number));
         }
     }
     Err(FsError::NoSpace)
 }
 
-fn tx_holds_agi(fs: &Filesystem, tx: &mut Tx<'_>, ags: std::ops::Range<u32>) -> bool {
-    ags.into_iter().any(|ag| {
-        let (block, _) = agi_location(fs, ag);
-        tx.tx.buf_mut(BufKey::single(block.0)).is_some()
-    })
+/// Whether `tx` holds the header `location` names of some AG in `ags`.
+fn tx_holds_header(
+    tx: &mut Tx<'_>,
+    ags: std::ops::Range<u32>,
+    block: impl Fn(u32) -> FsBlock,
+) -> bool {
+    ags.into_iter()
+        .any(|ag| tx.tx.buf_mut(BufKey::single(block(ag).0)).is_some())
+}
+
+/// AG `ag`'s AGF block.
+fn agf_block(fs: &Filesystem, ag: u32) -> FsBlock {
+    FsBlock(fs.geometry.ag_start(ag) + u64::from(AG_AGF_BLOCK))
 }
 
 /// Whether AG `ag` may have room for a new inode chunk, judged without locking it.
@@ -175,18 +197,17 @@ fn new_chunk(
     let ag = agi.ag_number.0;
     let blocks = fs.geometry.chunk_blocks();
     let target = FsBlock(fs.geometry.ag_start(ag));
-    let mut request = Request::near(target, blocks, blocks).with_alignment(blocks, blocks);
+    // In this AG only: another AG's AGF locked here would come before its AGI, which
+    // the next AG's try takes (docs/fs.md, lock order).
+    let mut request = Request::near(target, blocks, blocks)
+        .with_alignment(blocks, blocks)
+        .in_target_ag_only();
     request.lowest_ag = AgNumber(ag);
     let log = JournalLog(&fs.journal);
     let Some(found) = fs.alloc.allocate(ctx.tx, &log, &request)? else {
         return Ok(None);
     };
-    if found.ag.0 != ag {
-        let sequence = crate::glue::free_sequence(&fs.journal);
-        fs.alloc
-            .free(ctx.tx, &log, found.fs_start, found.length, sequence)?;
-        return Ok(None);
-    }
+    debug_assert_eq!(found.ag.0, ag, "a chunk from another AG");
     init_chunk(fs, ctx.tx, ag, found.start)?;
     let start = found.start << fs.geometry.inodes_per_block_log;
     agi.inode_count += INODES_PER_CHUNK;
@@ -248,6 +269,30 @@ pub(crate) fn free_inode(fs: &Filesystem, tx: &mut Tx<'_>, number: u64) -> Resul
     write_agi(fs, ctx.tx, &agi)?;
     fs.add_ag_inodes(ag, 0, 1);
     Ok(())
+}
+
+/// Whether inode `number` is allocated, by the inode tree alone (never reading the inode):
+/// how an untrusted number, from a file handle, is checked before its cluster is read.
+pub(crate) fn inode_in_use(fs: &Filesystem, number: u64) -> Result<bool, FsError> {
+    if !fs.geometry.inode_is_valid(number) {
+        return Ok(false);
+    }
+    let (ag, ag_inode) = fs.geometry.split_inode_number(number)?;
+    let mut tx = fs.begin(cairn_journal::Reservation::new(0))?;
+    let found = read_agi(fs, &mut tx, ag).and_then(|agi| {
+        let (ino, _) = trees(fs, &agi)?;
+        let mut ctx = AgTreeCtx {
+            tx: &mut tx,
+            alloc: &fs.alloc,
+            journal: &fs.journal,
+            ag,
+        };
+        let start = ag_inode - ag_inode % INODES_PER_CHUNK;
+        let record = ino.get(&mut ctx, &InoKey { start })?;
+        Ok(record.is_some_and(|r| r.free_mask & (1u64 << (ag_inode - start)) == 0))
+    });
+    tx.tx.cancel()?;
+    found
 }
 
 /// Inode-number arithmetic the geometry does not offer directly.

@@ -5,15 +5,17 @@
 //! image home later, so until then this copy is the only current one. An inode therefore
 //! leaves the cache only when its home copy (through the buffer cache) equals it.
 
+use std::cell::OnceCell;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cairn_bufcache::{BufKey, BufferCache, ReadSpec};
+use cairn_format::acl::Acl;
 use cairn_format::inode::{FileType, ForkFormat, INODE_CORE_SIZE, InodeCore, Timestamp};
 use cairn_format::{Expected, FsBlock, Geometry, InodeNumber, MetaKind, OnDisk, stamp};
-use parking_lot::{Mutex, RwLock};
+use cairn_lockrank::{Mutex, MutexGuard, Order, Rank, RwLock};
 
 use crate::FsError;
 use crate::types::{Attr, FileKind};
@@ -33,6 +35,16 @@ pub(crate) struct InodeData {
     pub lookups: u64,
     /// Open handles.
     pub opens: u64,
+    /// The POSIX ACLs as last read from the attributes; emptied by every attribute change.
+    pub acls: OnceCell<Acls>,
+}
+
+/// An inode's POSIX ACLs (`system.posix_acl_access`, and for directories
+/// `system.posix_acl_default`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Acls {
+    pub access: Option<Arc<Acl>>,
+    pub default: Option<Arc<Acl>>,
 }
 
 impl InodeData {
@@ -105,6 +117,51 @@ pub(crate) struct Inode {
     pub io: RwLock<()>,
     /// The metadata lock and the state it guards.
     pub data: Mutex<InodeData>,
+}
+
+impl Inode {
+    pub(crate) fn new(number: u64, data: InodeData) -> Self {
+        Self {
+            number,
+            io: RwLock::keyed(Rank::InodeIo, number, ()),
+            data: Mutex::keyed(Rank::Inode, number, data),
+        }
+    }
+
+    /// The metadata lock taken as a directory whose entries the holder reads or changes:
+    /// a parent, locked before the inodes its entries name (`Rank::DirInode`).
+    #[track_caller]
+    pub(crate) fn lock_dir(&self) -> MutexGuard<'_, InodeData> {
+        self.data
+            .lock_ranked(Rank::DirInode, self.number, Order::Ranked)
+    }
+
+    /// `lock_dir` for a second directory, under the rule `rule` (only rename, under the
+    /// rename lock, holds two directories).
+    #[track_caller]
+    pub(crate) fn lock_dir_nested(&self, rule: &'static str) -> MutexGuard<'_, InodeData> {
+        self.data
+            .lock_ranked(Rank::DirInode, self.number, Order::Declared(rule))
+    }
+
+    /// The metadata lock of an inode this transaction just allocated, taken while the
+    /// transaction holds its AGI and buffers. Exempt from the order: the inode was free, and
+    /// holders of a free inode's lock (a lookup or forget of a stale number, reclaim) only
+    /// look at it and wait for nothing.
+    #[track_caller]
+    pub(crate) fn lock_fresh(&self) -> MutexGuard<'_, InodeData> {
+        self.data.lock_ranked(
+            Rank::Inode,
+            self.number,
+            Order::Exempt("a newly allocated inode: holders of a free inode wait for nothing"),
+        )
+    }
+
+    /// The metadata lock of a second inode (`Rank::Inode`), under the rule `rule`.
+    #[track_caller]
+    pub(crate) fn lock_nested(&self, rule: &'static str) -> MutexGuard<'_, InodeData> {
+        self.data.lock_nested(rule)
+    }
 }
 
 /// The API kind of a format file type.
@@ -220,7 +277,7 @@ pub(crate) fn inode_home(geometry: &Geometry, number: u64) -> Option<(BufKey, us
 impl InodeCache {
     pub fn new() -> Self {
         Self {
-            state: Mutex::new(CacheState::default()),
+            state: Mutex::new(Rank::InodeCache, CacheState::default()),
             target: AtomicUsize::new(INODE_CACHE_TARGET),
             reclaimed: AtomicU64::new(0),
             passes: AtomicU64::new(0),
@@ -235,6 +292,11 @@ impl InodeCache {
 
     pub fn len(&self) -> usize {
         self.state.lock().map.len()
+    }
+
+    /// Every cached inode (the cache's lock is not held while the caller looks at them).
+    pub(crate) fn all(&self) -> Vec<Arc<Inode>> {
+        self.state.lock().map.values().cloned().collect()
     }
 
     /// The cached inode `number`, reading it from its cluster on a miss.
@@ -348,17 +410,17 @@ pub(crate) fn read_inode(
     };
     let core = InodeCore::read(&raw, &expected)
         .map_err(|e| FsError::corrupt("inode", number, e.to_string()))?;
-    Ok(Inode {
+    Ok(Inode::new(
         number,
-        io: RwLock::new(()),
-        data: Mutex::new(InodeData {
+        InodeData {
             core,
             raw,
             last_sequence: 0,
             lookups: 0,
             opens: 0,
-        }),
-    })
+            acls: OnceCell::new(),
+        },
+    ))
 }
 
 /// Whether the home copy of `data` (in the buffer cache) equals it, ignoring LSN and CRC.

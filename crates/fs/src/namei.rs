@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use cairn_bufcache::BufKey;
+use cairn_format::acl::Acl;
 use cairn_format::dir::check_name;
 use cairn_format::inode::{
     FileType, ForkFormat, INODE_FLAG_EXTSIZE_INHERIT, InodeCore, MODE_PERMISSION_MASK,
@@ -15,13 +16,13 @@ use cairn_format::limits::NAME_LEN_MAX;
 use cairn_format::types::NULL_AG_INODE;
 use cairn_format::{Expected, MetaKind};
 use cairn_journal::Reservation;
-use parking_lot::{Mutex, RwLock};
 
+use crate::bmap::step_reservation;
 use crate::fs::Filesystem;
 use crate::glue::Tx;
 use crate::inode::{Inode, InodeData, file_type_of, inode_home, kind_of, now};
 use crate::types::{Attr, Credentials, DirEntry, FileKind};
-use crate::{FsError, dir, ialloc, perm, symlink};
+use crate::{FsError, acl, dir, ialloc, perm, symlink, xattr_store};
 
 /// Checks a name from the API: length, then the bytes.
 pub(crate) fn valid_name(name: &[u8]) -> Result<(), FsError> {
@@ -31,7 +32,16 @@ pub(crate) fn valid_name(name: &[u8]) -> Result<(), FsError> {
     check_name(name).map_err(|_| FsError::InvalidName)
 }
 
+/// What a new inode takes from its parent: the permission bits and the POSIX ACLs.
+#[derive(Debug)]
+pub(crate) struct Inherited {
+    pub mode: u16,
+    pub access: Option<Acl>,
+    pub default: Option<Arc<Acl>>,
+}
+
 /// What a new inode is.
+#[derive(Clone, Copy)]
 pub(crate) struct NewInode<'a> {
     pub file_type: FileType,
     pub mode: u16,
@@ -40,11 +50,15 @@ pub(crate) struct NewInode<'a> {
 }
 
 impl Filesystem {
-    /// Looks up `name` in `parent` and takes one lookup reference on the result.
+    /// Looks up `name` in `parent` and takes one lookup reference on the result. "." names
+    /// `parent` itself, whatever its type (see `lookup_inode`).
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
         Self::count(&self.counters.lookups, 1);
         if name.len() > NAME_LEN_MAX {
             return Err(FsError::NameTooLong);
+        }
+        if name == b"." {
+            return self.lookup_inode(parent);
         }
         let number = self.lookup_number(parent, name)?;
         let inode = self.live_inode(number)?;
@@ -53,10 +67,30 @@ impl Filesystem {
         Ok(data.attr(number, self.geometry.block_size))
     }
 
+    /// Takes a lookup reference on inode `number` itself: how the kernel finds an inode
+    /// from a file handle (NFS export, `open_by_handle_at`) once it has forgotten it. The
+    /// number is untrusted, so one the inode trees do not show allocated is `NotFound` (the
+    /// kernel answers ESTALE) before anything reads its cluster; so is an unlinked inode
+    /// that only waits for its last references to go (the kernel, which forgot it, holds
+    /// none that matter). The caller compares the generation, which every reuse changes.
+    pub fn lookup_inode(&self, number: u64) -> Result<Attr, FsError> {
+        let known = self.inodes.cached(number).is_some();
+        if !known && !ialloc::inode_in_use(self, number)? {
+            return Err(FsError::NotFound);
+        }
+        let inode = self.live_inode(number)?;
+        let mut data = inode.data.lock();
+        if data.core.nlink == 0 && data.opens == 0 {
+            return Err(FsError::NotFound);
+        }
+        data.lookups += 1;
+        Ok(data.attr(number, self.geometry.block_size))
+    }
+
     /// The inode number `name` names in `parent` ("." and ".." included).
     pub(crate) fn lookup_number(&self, parent: u64, name: &[u8]) -> Result<u64, FsError> {
         let dir_inode = self.live_inode(parent)?;
-        let dir_data = dir_inode.data.lock();
+        let dir_data = dir_inode.lock_dir();
         if !dir_data.is_dir() {
             return Err(FsError::NotDirectory);
         }
@@ -68,6 +102,20 @@ impl Filesystem {
         };
         tx.tx.cancel()?;
         found?.ok_or(FsError::NotFound)
+    }
+
+    /// Looks `name` up in a directory whose lock the caller holds, in a transaction of its
+    /// own that holds no buffer on return: callers lock the inode found before they begin
+    /// the transaction that changes the entry (inode locks come before buffers).
+    pub(crate) fn find_entry(
+        &self,
+        dir_data: &InodeData,
+        name: &[u8],
+    ) -> Result<Option<dir::Found>, FsError> {
+        let mut tx = self.begin(Reservation::new(0))?;
+        let found = dir::lookup(self, &mut tx, dir_data, name);
+        tx.tx.cancel()?;
+        found
     }
 
     /// Drops `lookups` lookup references; an unlinked inode is freed once nothing holds it.
@@ -103,7 +151,7 @@ impl Filesystem {
         if mask & perm::WRITE != 0 {
             self.check_writable()?;
         }
-        perm::check(&data, who, mask & 7)
+        self.permission(inode, &data, who, mask & 7)
     }
 
     /// Creates a file, device, FIFO or socket (not a directory or symlink); takes a lookup
@@ -178,27 +226,54 @@ impl Filesystem {
         valid_name(name)?;
         Self::count(&self.counters.creates, 1);
         let dir_inode = self.live_inode(parent)?;
-        let mut dir_data = dir_inode.data.lock();
-        check_dir_writable(&dir_data, who)?;
+        let mut dir_data = dir_inode.lock_dir();
+        self.check_dir_writable(parent, &dir_data, who)?;
         if new.file_type == FileType::Directory && dir_data.core.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
-        let mut tx = self.begin(Reservation::create(&self.geometry))?;
-        if dir::lookup(self, &mut tx, &dir_data, name)?.is_some() {
-            tx.tx.cancel()?;
-            return Err(FsError::Exists);
+        let inherited = self.inherited(parent, &dir_data, new, who)?;
+        let mut reservation = Reservation::create(&self.geometry);
+        if inherited.access.is_some() || inherited.default.is_some() {
+            reservation.bytes += step_reservation(self).bytes;
         }
-        let inode = match self.make_in(&mut tx, parent, &mut dir_data, name, new, who) {
-            Ok(inode) => inode,
-            Err(error) => {
-                self.commit_failed(tx)?;
-                return Err(error);
-            }
+        let new = &NewInode {
+            mode: inherited.mode,
+            ..*new
         };
-        let mut data = inode.data.lock();
-        Self::log_inode(&mut tx, parent, &mut dir_data);
+        // Each failed chunk attempt marks its AG, so the attempts are bounded by the AGs.
+        for _ in 0..=self.geometry.ag_count {
+            let mut tx = self.begin(reservation)?;
+            if dir::lookup(self, &mut tx, &dir_data, name)?.is_some() {
+                tx.tx.cancel()?;
+                return Err(FsError::Exists);
+            }
+            let made = self.make_in(&mut tx, parent, &mut dir_data, name, (new, &inherited), who);
+            match made {
+                Ok(Some(inode)) => return self.commit_made(tx, parent, &mut dir_data, &inode),
+                // An AG's AGF was locked for a chunk it could not place: another AGI may
+                // only be locked in a new transaction (every AGI before every AGF).
+                Ok(None) => self.commit_failed(tx)?,
+                Err(error) => {
+                    self.commit_failed(tx)?;
+                    return Err(error);
+                }
+            }
+        }
+        Err(FsError::NoSpace)
+    }
+
+    /// Logs a made inode and its directory, commits, and takes the lookup reference.
+    fn commit_made(
+        &self,
+        mut tx: Tx<'_>,
+        parent: u64,
+        dir_data: &mut InodeData,
+        inode: &Inode,
+    ) -> Result<Attr, FsError> {
+        let mut data = inode.lock_fresh();
+        Self::log_inode(&mut tx, parent, dir_data);
         Self::log_inode(&mut tx, inode.number, &mut data);
-        Self::commit(tx, &mut [&mut dir_data, &mut data])?;
+        Self::commit(tx, &mut [dir_data, &mut data])?;
         data.lookups += 1;
         Ok(data.attr(inode.number, self.geometry.block_size))
     }
@@ -213,32 +288,38 @@ impl Filesystem {
     }
 
     /// Allocates and initialises the inode and adds its entry; on failure after the
-    /// allocation the inode is freed again in the same transaction.
+    /// allocation the inode is freed again in the same transaction. `None`: try again in a
+    /// new transaction (`ialloc::InodeAlloc::TryAgain`).
     fn make_in(
         &self,
         tx: &mut Tx<'_>,
         parent: u64,
         dir_data: &mut InodeData,
         name: &[u8],
-        new: &NewInode<'_>,
+        (new, inherited): (&NewInode<'_>, &Inherited),
         who: &Credentials,
-    ) -> Result<Arc<Inode>, FsError> {
+    ) -> Result<Option<Arc<Inode>>, FsError> {
         let ag = match new.file_type {
             FileType::Directory => self.next_dir_ag(),
             _ => self.geometry.split_ag(parent),
         };
-        let number = ialloc::allocate_inode(self, tx, ag)?;
+        let number = match ialloc::allocate_inode(self, tx, ag)? {
+            ialloc::InodeAlloc::Allocated(number) => number,
+            ialloc::InodeAlloc::TryAgain => return Ok(None),
+        };
         let inode = self.fresh_inode(tx, number)?;
         let added = {
-            let mut data = inode.data.lock();
+            let mut data = inode.lock_fresh();
             self.init_inode(tx, &mut data, dir_data, parent, new, who)
+                .and_then(|()| xattr_store::store_new(self, tx, number, &mut data, inherited))
                 .and_then(|()| dir::add(self, tx, dir_data, name, number, new.file_type))
         };
         if let Err(error) = added {
-            let mut data = inode.data.lock();
+            let mut data = inode.lock_fresh();
             if new.file_type == FileType::Symlink {
                 symlink::release_new(self, tx, &mut data)?;
             }
+            xattr_store::release_new(self, tx, number, &mut data)?;
             // As free as `unlinked::free_now` leaves an inode: fsck checks free ones.
             data.core.mode = 0;
             data.core.nlink = 0;
@@ -254,7 +335,43 @@ impl Filesystem {
         if new.file_type == FileType::Directory {
             dir_data.core.nlink += 1;
         }
-        Ok(inode)
+        Ok(Some(inode))
+    }
+
+    /// The mode a new inode gets and the ACLs it inherits: with a default ACL on the parent,
+    /// the ACL decides the permission bits (the umask does not apply) and the new inode's
+    /// access ACL is cut from it, and a new directory inherits it as its own default;
+    /// without one, the caller's umask applies. Symlinks take neither.
+    fn inherited(
+        &self,
+        parent: u64,
+        dir_data: &InodeData,
+        new: &NewInode<'_>,
+        who: &Credentials,
+    ) -> Result<Inherited, FsError> {
+        let requested = new.mode & MODE_PERMISSION_MASK;
+        let plain = |mode| Inherited {
+            mode,
+            access: None,
+            default: None,
+        };
+        if new.file_type == FileType::Symlink {
+            return Ok(plain(requested));
+        }
+        let default = match dir_data.core.attr_format {
+            Some(_) => self.acls(parent, dir_data)?.default,
+            None => None,
+        };
+        let Some(default) = default else {
+            return Ok(plain(requested & !(who.umask & 0o777)));
+        };
+        let (bits, access) = acl::inherit(&default, requested & 0o777);
+        let is_dir = new.file_type == FileType::Directory;
+        Ok(Inherited {
+            mode: (requested & !0o777) | bits,
+            access,
+            default: is_dir.then_some(default),
+        })
     }
 
     /// Fills in a newly allocated inode.
@@ -341,17 +458,17 @@ impl Filesystem {
                 "free in the tree but in use",
             ));
         }
-        let inode = Inode {
+        let inode = Inode::new(
             number,
-            io: RwLock::new(()),
-            data: Mutex::new(InodeData {
+            InodeData {
                 core,
                 raw,
                 last_sequence: 0,
                 lookups: 0,
                 opens: 0,
-            }),
-        };
+                acls: Default::default(),
+            },
+        );
         Ok(self.inodes.insert(inode))
     }
 
@@ -371,13 +488,17 @@ impl Filesystem {
         max_entries: usize,
     ) -> Result<Vec<DirEntry>, FsError> {
         let handle = self.live_inode(inode)?;
-        let data = handle.data.lock();
+        let data = handle.lock_dir();
         if !data.is_dir() {
             return Err(FsError::NotDirectory);
         }
         let mut tx = self.begin(Reservation::new(0))?;
         let result = self.readdir_in(&mut tx, inode, &data, cookie, max_entries);
         tx.tx.cancel()?;
+        drop(data);
+        if result.is_ok() {
+            self.accessed(inode, &handle);
+        }
         result
     }
 
@@ -423,8 +544,8 @@ impl Filesystem {
         if inode == new_parent {
             return Err(FsError::NotPermitted);
         }
-        let mut dir_data = dir_inode.data.lock();
-        check_dir_writable(&dir_data, who)?;
+        let mut dir_data = dir_inode.lock_dir();
+        self.check_dir_writable(new_parent, &dir_data, who)?;
         let mut data = target.data.lock();
         if data.is_dir() {
             return Err(FsError::NotPermitted);
@@ -481,10 +602,22 @@ impl SplitAg for cairn_format::Geometry {
     }
 }
 
-/// The directory must be a directory the caller may write and search.
-pub(crate) fn check_dir_writable(data: &InodeData, who: &Credentials) -> Result<(), FsError> {
-    if !data.is_dir() {
-        return Err(FsError::NotDirectory);
+impl Filesystem {
+    /// Directory `number` must be a directory the caller may write and search.
+    pub(crate) fn check_dir_writable(
+        &self,
+        number: u64,
+        data: &InodeData,
+        who: &Credentials,
+    ) -> Result<(), FsError> {
+        if !data.is_dir() {
+            return Err(FsError::NotDirectory);
+        }
+        // A removed directory (still open or looked up) takes no new entries: they would go
+        // with it when it is freed, leaving inodes no directory names (Linux: ENOENT).
+        if data.core.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        self.permission(number, data, who, perm::WRITE | perm::EXECUTE)
     }
-    perm::check(data, who, perm::WRITE | perm::EXECUTE)
 }

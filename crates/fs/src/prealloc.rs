@@ -26,7 +26,7 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use cairn_lockrank::{Mutex, Rank};
 
 use crate::FsError;
 use crate::bmap::{EXTENTS_PER_STEP, FileMap, Mapping, Placement, commit_unmap};
@@ -39,13 +39,24 @@ pub(crate) const PREALLOC_MIN_FILE_BYTES: u64 = 64 << 10;
 pub(crate) const PREALLOC_BYTES_MAX: u64 = 8 << 30;
 
 /// Speculative ranges past EOF, by inode, and counters.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Preallocs {
     /// Inode -> (first block past the speculative range, last time it grew or was used).
     ranges: Mutex<HashMap<u64, (u64, Instant)>>,
     pub preallocated_blocks: AtomicU64,
     pub trimmed_blocks: AtomicU64,
     pub idle_scans: AtomicU64,
+}
+
+impl Default for Preallocs {
+    fn default() -> Self {
+        Self {
+            ranges: Mutex::new(Rank::Leaf, HashMap::new()),
+            preallocated_blocks: AtomicU64::new(0),
+            trimmed_blocks: AtomicU64::new(0),
+            idle_scans: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Preallocs {

@@ -8,7 +8,7 @@ use cairn_journal::Reservation;
 
 use crate::fs::Filesystem;
 use crate::inode::{Inode, now};
-use crate::namei::{check_dir_writable, valid_name};
+use crate::namei::valid_name;
 use crate::types::Credentials;
 use crate::{FsError, dir, perm, unlinked};
 
@@ -40,16 +40,14 @@ impl Filesystem {
         valid_name(name)?;
         Self::count(&self.counters.removes, 1);
         let dir_inode = self.live_inode(parent)?;
-        let mut dir_data = dir_inode.data.lock();
-        check_dir_writable(&dir_data, who)?;
-        let mut tx = self.begin(Reservation::remove(&self.geometry))?;
-        let found = dir::lookup(self, &mut tx, &dir_data, name)?;
-        let Some(found) = found else {
-            tx.tx.cancel()?;
-            return Err(FsError::NotFound);
-        };
+        let mut dir_data = dir_inode.lock_dir();
+        self.check_dir_writable(parent, &dir_data, who)?;
+        // The child is found and locked before the transaction: inode locks come before
+        // buffers (docs/fs.md, lock order), and the directory's lock keeps the entry.
+        let found = self.find_entry(&dir_data, name)?.ok_or(FsError::NotFound)?;
         let child: Arc<Inode> = self.live_inode(found.inode)?;
         let mut data = child.data.lock();
+        let mut tx = self.begin(Reservation::remove(&self.geometry))?;
         let checked = match (want_dir, data.is_dir()) {
             (false, true) => Err(FsError::IsDirectory),
             (true, false) => Err(FsError::NotDirectory),
@@ -60,20 +58,22 @@ impl Filesystem {
             tx.tx.cancel()?;
             return Err(error);
         }
-        dir::remove(self, &mut tx, &mut dir_data, name)?;
-        let now = now();
-        data.core.ctime = now;
-        dir_data.core.mtime = now;
-        dir_data.core.ctime = now;
         if want_dir {
             data.core.nlink = 0;
             dir_data.core.nlink = dir_data.core.nlink.saturating_sub(1);
         } else {
             data.core.nlink = data.core.nlink.saturating_sub(1);
         }
+        // The AGI before the entry's removal, which may lock AGFs (every AGI before every
+        // AGF, docs/fs.md).
         if data.core.nlink == 0 {
             unlinked::add(self, &mut tx, found.inode, &mut data)?;
         }
+        dir::remove(self, &mut tx, &mut dir_data, name)?;
+        let now = now();
+        data.core.ctime = now;
+        dir_data.core.mtime = now;
+        dir_data.core.ctime = now;
         Self::log_inode(&mut tx, parent, &mut dir_data);
         Self::log_inode(&mut tx, found.inode, &mut data);
         let deferred = std::mem::take(&mut tx.deferred_frees);

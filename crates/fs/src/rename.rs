@@ -19,17 +19,22 @@ use std::sync::Arc;
 
 use cairn_format::inode::FileType;
 use cairn_journal::Reservation;
-use parking_lot::MutexGuard;
+use cairn_lockrank::MutexGuard;
 
 use crate::fs::Filesystem;
 use crate::glue::Tx;
 use crate::inode::{Inode, InodeData, now};
-use crate::namei::{LINK_MAX, check_dir_writable, valid_name};
+use crate::namei::{LINK_MAX, valid_name};
 use crate::types::{Credentials, RenameMode};
 use crate::{FsError, dir, perm, unlinked};
 
 /// Renames attempted again after a concurrent change before giving up.
 const RENAME_RETRIES_MAX: u32 = 64;
+/// Why rename may hold two parents: only rename does, under the rename lock, which fixes
+/// every directory's ancestry; an ancestor is locked first, unrelated ones by inode number.
+const SECOND_PARENT: &str = "rename: second parent, under the rename lock";
+/// Why rename may hold its source and target: by inode number, under the parents' locks.
+const SECOND_CHILD: &str = "rename: source and target by inode number";
 /// Deepest directory tree walked when looking for ancestors.
 const DEPTH_MAX: usize = 1 << 16;
 
@@ -66,6 +71,10 @@ impl Parents<'_> {
         bump(self.target_dir(), new);
     }
 }
+
+/// What a rename ends with: an error for the caller, or success with the replaced inode
+/// to free once the locks are dropped (nothing holds it).
+type Outcome = Result<Option<Arc<Inode>>, FsError>;
 
 /// What one rename names, found before locking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,11 +114,19 @@ impl Filesystem {
             new_name,
             mode,
         };
-        let _serial = self.rename_lock.lock();
+        let serial = self.rename_lock.lock();
         for _ in 0..RENAME_RETRIES_MAX {
-            if let Some(done) = self.rename_once(&request, who)? {
-                return done;
-            }
+            let Some(done) = self.rename_once(&request, who)? else {
+                continue;
+            };
+            // A replaced inode nothing holds is freed after every rename lock is gone: its
+            // data may take many transactions, and its own locks rank below the parents'.
+            drop(serial);
+            return match done {
+                Ok(Some(orphan)) => unlinked::free_orphan(self, &orphan),
+                Ok(None) => Ok(()),
+                Err(error) => Err(error),
+            };
         }
         Err(FsError::InvalidArgument(
             "rename raced other changes too often",
@@ -121,7 +138,7 @@ impl Filesystem {
         &self,
         request: &Request<'_>,
         who: &Credentials,
-    ) -> Result<Option<Result<(), FsError>>, FsError> {
+    ) -> Result<Option<Outcome>, FsError> {
         let source = self.lookup_number(request.parent, request.name)?;
         let target = match self.lookup_number(request.new_parent, request.new_name) {
             Ok(found) => Some(found),
@@ -130,36 +147,28 @@ impl Filesystem {
         };
         let names = Names { source, target };
         if let Some(early) = self.rename_shape_check(request, names)? {
-            return Ok(Some(early));
+            return Ok(Some(early.map(|()| None)));
         }
         let old_first = self.old_parent_first(request.parent, request.new_parent)?;
         let old_dir = self.live_inode(request.parent)?;
         let new_dir = self.live_inode(request.new_parent)?;
         let mut parents = if request.parent == request.new_parent {
-            Parents::Same(old_dir.data.lock())
+            Parents::Same(old_dir.lock_dir())
         } else if old_first {
-            let old = old_dir.data.lock();
-            let new = new_dir.data.lock();
+            let old = old_dir.lock_dir();
+            let new = new_dir.lock_dir_nested(SECOND_PARENT);
             Parents::Two { old, new }
         } else {
-            let new = new_dir.data.lock();
-            let old = old_dir.data.lock();
+            let new = new_dir.lock_dir();
+            let old = old_dir.lock_dir_nested(SECOND_PARENT);
             Parents::Two { old, new }
         };
-        let mut tx = self.begin(rename_reservation(self))?;
-        let now_names = self.names_locked(&mut tx, &mut parents, request);
-        let now_names = match now_names {
-            Ok(found) if found == Some(names) => names,
-            Ok(_) => {
-                tx.tx.cancel()?;
-                return Ok(None);
-            }
-            Err(error) => {
-                tx.tx.cancel()?;
-                return Err(error);
-            }
-        };
-        self.rename_locked(tx, &mut parents, request, now_names, who)
+        // Under the parents' locks the names are looked up again, before the transaction:
+        // the source's and target's locks come before any buffer (docs/fs.md, lock order).
+        if self.names_locked(&mut parents, request)? != Some(names) {
+            return Ok(None);
+        }
+        self.rename_locked(&mut parents, request, names, who)
             .map(Some)
     }
 
@@ -238,17 +247,16 @@ impl Filesystem {
         Ok(out)
     }
 
-    /// Looks both names up again under the parents' locks.
+    /// Looks both names up again under the parents' locks (no buffer stays held).
     fn names_locked(
         &self,
-        tx: &mut Tx<'_>,
         parents: &mut Parents<'_>,
         request: &Request<'_>,
     ) -> Result<Option<Names>, FsError> {
-        let Some(source) = dir::lookup(self, tx, parents.source_dir(), request.name)? else {
+        let Some(source) = self.find_entry(parents.source_dir(), request.name)? else {
             return Ok(None);
         };
-        let target = dir::lookup(self, tx, parents.target_dir(), request.new_name)?;
+        let target = self.find_entry(parents.target_dir(), request.new_name)?;
         Ok(Some(Names {
             source: source.inode,
             target: target.map(|t| t.inode),
@@ -259,31 +267,31 @@ impl Filesystem {
     /// target, checks permissions and kinds, changes the entries and commits.
     fn rename_locked(
         &self,
-        mut tx: Tx<'_>,
         parents: &mut Parents<'_>,
         request: &Request<'_>,
         names: Names,
         who: &Credentials,
-    ) -> Result<Result<(), FsError>, FsError> {
+    ) -> Result<Outcome, FsError> {
         let source = self.live_inode(names.source)?;
         let target: Option<Arc<Inode>> = names.target.map(|t| self.live_inode(t)).transpose()?;
         let (mut source_data, mut target_data) = match &target {
             Some(target) if target.number < source.number => {
                 let target_data = target.data.lock();
-                (source.data.lock(), Some(target_data))
+                (source.lock_nested(SECOND_CHILD), Some(target_data))
             }
             Some(target) => {
                 let source_data = source.data.lock();
-                (source_data, Some(target.data.lock()))
+                (source_data, Some(target.lock_nested(SECOND_CHILD)))
             }
             None => (source.data.lock(), None),
         };
+        let mut tx = self.begin(rename_reservation(self))?;
         let checked = self.rename_checks(
             &mut tx,
             parents,
             request,
-            &source_data,
-            target_data.as_deref(),
+            (names.source, &source_data),
+            names.target.zip(target_data.as_deref()),
             who,
         );
         if let Err(error) = checked {
@@ -293,12 +301,18 @@ impl Filesystem {
         let mut moved = Moved {
             source: (names.source, &mut source_data),
             target: names.target.zip(target_data.as_deref_mut()),
+            target_listed: false,
         };
         let changed = match request.mode {
             RenameMode::Exchange => self.exchange_entries(&mut tx, parents, request, &mut moved),
             _ => self.move_entry(&mut tx, parents, request, &mut moved),
         };
         if let Err(error) = changed {
+            if moved.target_listed {
+                // The target is on the unlinked list but the entries are half changed (only
+                // corruption or an I/O error gets here): the transaction must not commit.
+                return Err(error);
+            }
             // Nothing was changed in core (a failed add restores the directory): keep the
             // transaction's consistent allocator changes.
             let deferred = std::mem::take(&mut tx.deferred_frees);
@@ -307,15 +321,11 @@ impl Filesystem {
             return Ok(Err(error));
         }
         self.commit_rename(tx, parents, request, moved)?;
-        drop(source_data);
-        if let (Some(target), Some(data)) = (&target, target_data) {
-            let idle = data.core.nlink == 0 && data.lookups == 0 && data.opens == 0;
-            drop(data);
-            if idle {
-                unlinked::free_orphan(self, target)?;
-            }
-        }
-        Ok(Ok(()))
+        let idle = target_data
+            .as_ref()
+            .is_some_and(|data| data.core.nlink == 0 && data.lookups == 0 && data.opens == 0);
+        drop((source_data, target_data));
+        Ok(Ok(target.filter(|_| idle)))
     }
 
     /// Permission, kind, emptiness and link-count checks.
@@ -324,19 +334,19 @@ impl Filesystem {
         tx: &mut Tx<'_>,
         parents: &mut Parents<'_>,
         request: &Request<'_>,
-        source: &InodeData,
-        target: Option<&InodeData>,
+        (source_number, source): (u64, &InodeData),
+        target: Option<(u64, &InodeData)>,
         who: &Credentials,
     ) -> Result<(), FsError> {
-        check_dir_writable(parents.source_dir(), who)?;
-        check_dir_writable(parents.target_dir(), who)?;
+        self.check_dir_writable(request.parent, parents.source_dir(), who)?;
+        self.check_dir_writable(request.new_parent, parents.target_dir(), who)?;
         perm::check_sticky(parents.source_dir(), source, who)?;
         let across = request.parent != request.new_parent;
         if across && source.is_dir() {
             // Its ".." changes.
-            perm::check(source, who, perm::WRITE)?;
+            self.permission(source_number, source, who, perm::WRITE)?;
         }
-        let Some(target) = target else {
+        let Some((target_number, target)) = target else {
             if across && source.is_dir() && parents.target_dir().core.nlink >= LINK_MAX {
                 return Err(FsError::TooManyLinks);
             }
@@ -345,7 +355,7 @@ impl Filesystem {
         perm::check_sticky(parents.target_dir(), target, who)?;
         if request.mode == RenameMode::Exchange {
             if across && target.is_dir() {
-                perm::check(target, who, perm::WRITE)?;
+                self.permission(target_number, target, who, perm::WRITE)?;
             }
             return Ok(());
         }
@@ -366,6 +376,20 @@ impl Filesystem {
         request: &Request<'_>,
         moved: &mut Moved<'_>,
     ) -> Result<(), FsError> {
+        // A replaced target loses its link first: its unlinked list's AGI comes before any
+        // AGF the entries' changes lock (every AGI before every AGF, docs/fs.md).
+        if let Some((number, data)) = &mut moved.target {
+            if data.is_dir() {
+                data.core.nlink = 0;
+                parents.add_links(0, -1);
+            } else {
+                data.core.nlink = data.core.nlink.saturating_sub(1);
+            }
+            if data.core.nlink == 0 {
+                unlinked::add(self, tx, *number, data)?;
+                moved.target_listed = true;
+            }
+        }
         let (source, source_data) = (moved.source.0, &mut *moved.source.1);
         let source_type = source_data.file_type().unwrap_or(FileType::Regular);
         let is_dir = source_data.is_dir();
@@ -390,17 +414,6 @@ impl Filesystem {
             }
         }
         dir::remove(self, tx, parents.source_dir(), request.name)?;
-        if let Some((number, data)) = &mut moved.target {
-            if data.is_dir() {
-                data.core.nlink = 0;
-                parents.add_links(0, -1);
-            } else {
-                data.core.nlink = data.core.nlink.saturating_sub(1);
-            }
-            if data.core.nlink == 0 {
-                unlinked::add(self, tx, *number, data)?;
-            }
-        }
         if is_dir && request.parent != request.new_parent {
             dir::set_parent(self, tx, source_data, request.new_parent)?;
             parents.add_links(-1, 1);
@@ -496,6 +509,8 @@ impl Filesystem {
 struct Moved<'a> {
     source: (u64, &'a mut InodeData),
     target: Option<(u64, &'a mut InodeData)>,
+    /// The target lost its last link and joined the unlinked list in the transaction.
+    target_listed: bool,
 }
 
 /// Rename's log reservation: both directories' data blocks and hash-tree paths

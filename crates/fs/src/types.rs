@@ -31,6 +31,8 @@ pub struct MountOptions {
     pub recover_read_only: bool,
     /// Open the device through the page cache instead of `O_DIRECT` (`mount_path` only).
     pub buffered: bool,
+    /// Online discard: give freed extents back to the device once their free is durable.
+    pub discard: bool,
 }
 
 impl Default for MountOptions {
@@ -43,6 +45,7 @@ impl Default for MountOptions {
             atime: AtimeMode::default(),
             recover_read_only: false,
             buffered: false,
+            discard: false,
         }
     }
 }
@@ -53,6 +56,10 @@ pub struct Credentials {
     pub uid: u32,
     pub gid: u32,
     pub groups: Vec<u32>,
+    /// The caller's file mode creation mask: `create` and `mkdir` apply it to
+    /// the requested mode unless the parent directory has a default ACL, which then decides
+    /// instead (POSIX). 0 leaves modes as given.
+    pub umask: u16,
 }
 
 impl Credentials {
@@ -117,6 +124,8 @@ pub struct SetAttr {
     pub atime: Option<TimeOrNow>,
     pub mtime: Option<TimeOrNow>,
     pub ctime: Option<SystemTime>,
+    /// The open handle the change came through (`ftruncate`, `futimens`), if any.
+    pub file: Option<u64>,
 }
 
 /// One directory entry returned by `readdir`.

@@ -2,11 +2,22 @@
 //! looked up sit in a bucket of their AG's AGI (chained through `next_unlinked`) until the
 //! last reference goes; recovery frees whatever a crash left there.
 //!
-//! Freeing runs in steps: data extents go a few per transaction (each step leaves a
-//! consistent, shorter file), then one transaction takes the inode off the list and frees it.
+//! Freeing runs in steps: data extents (or a directory's blocks) go a few per transaction
+//! (each step leaves a consistent, smaller inode), then one transaction takes the inode off
+//! its list and frees it in the inode trees.
+//!
+//! Lock order (docs/fs.md): taking an inode off its list changes its predecessor's
+//! `next_unlinked`, so the predecessor's inode lock is needed, and inode locks come before
+//! buffers. The predecessor is therefore found in memory (`UnlinkedIndex`) and locked
+//! before the transaction locks the AGI; under the AGI the lists cannot change, so the
+//! index is checked again there and the attempt restarts if the predecessor moved. Walking
+//! the list under the AGI, locking each inode on the way, deadlocked against a second
+//! freeing thread holding one of those inodes and waiting for the AGI (issue 16).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use cairn_format::Agi;
 use cairn_format::inode::{FileType, ForkFormat};
 use cairn_format::limits::AGI_UNLINKED_BUCKETS;
 use cairn_format::types::NULL_AG_INODE;
@@ -18,8 +29,50 @@ use crate::ialloc::{self, InodeNumbers, read_agi, write_agi};
 use crate::inode::{Inode, InodeData};
 use crate::{FsError, dir};
 
+/// Why a freeing thread may lock the inode before its own on the list while holding its
+/// own: the predecessor was put on the list later, so every such wait points at a newer
+/// entry and no cycle can form; the predecessor's holders (its writers, its own freeing)
+/// never wait for an older entry.
+const PREDECESSOR: &str = "unlinked list: the predecessor, a newer entry, after the inode";
+/// Attempts at taking an inode off its list before giving up (each one restarts only
+/// because another thread changed the same bucket in between).
+const UNLIST_ATTEMPTS_MAX: u32 = 10_000;
+
 fn bucket(ag_inode: u32) -> usize {
     ag_inode as usize % AGI_UNLINKED_BUCKETS
+}
+
+/// The inodes on one AG's unlinked lists and what precedes each (XFS keeps the same link
+/// in its in-core inodes). Changed only under the AG's AGI buffer lock, in the transaction
+/// that changes the lists on disk.
+#[derive(Debug, Default)]
+pub(crate) struct UnlinkedIndex {
+    /// AG inode -> the inode before it in its bucket, `NULL_AG_INODE` for a bucket's head.
+    previous: HashMap<u32, u32>,
+}
+
+impl UnlinkedIndex {
+    /// `inode` became its bucket's head, in front of `old_head`.
+    fn pushed(&mut self, inode: u32, old_head: u32) {
+        self.previous.insert(inode, NULL_AG_INODE);
+        if old_head != NULL_AG_INODE {
+            self.previous.insert(old_head, inode);
+        }
+    }
+
+    /// `inode`, followed by `next`, left its bucket.
+    fn removed(&mut self, inode: u32, next: u32) {
+        let previous = self.previous.remove(&inode);
+        if let (Some(previous), true) = (previous, next != NULL_AG_INODE) {
+            self.previous.insert(next, previous);
+        }
+    }
+
+    /// What precedes `inode` on its list (`NULL_AG_INODE` for a head); `None` when it is on
+    /// no list.
+    fn previous(&self, inode: u32) -> Option<u32> {
+        self.previous.get(&inode).copied()
+    }
 }
 
 /// Puts inode `number` at the head of its unlinked bucket.
@@ -32,92 +85,129 @@ pub(crate) fn add(
     let (ag, ag_inode) = fs.geometry.split_inode_number(number)?;
     let mut agi = read_agi(fs, tx, ag)?;
     let slot = bucket(ag_inode);
-    data.core.next_unlinked = agi.unlinked[slot];
+    let old_head = agi.unlinked[slot];
+    data.core.next_unlinked = old_head;
     agi.unlinked[slot] = ag_inode;
-    write_agi(fs, tx, &agi)
+    write_agi(fs, tx, &agi)?;
+    fs.ags[ag as usize]
+        .unlinked
+        .lock()
+        .pushed(ag_inode, old_head);
+    Ok(())
 }
 
-/// Takes inode `number` off its unlinked bucket.
-fn remove(
+/// Takes inode `number` off its bucket, its predecessor (`previous`: its number and locked
+/// data) or the AGI's bucket head pointing past it. The caller holds the AGI (`agi`).
+fn unlist(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
+    agi: &mut Agi,
     number: u64,
     data: &mut InodeData,
+    previous: Option<(u64, &mut InodeData)>,
 ) -> Result<(), FsError> {
     let (ag, ag_inode) = fs.geometry.split_inode_number(number)?;
-    let mut agi = read_agi(fs, tx, ag)?;
     let slot = bucket(ag_inode);
     let next = data.core.next_unlinked;
+    let broken = |why| FsError::corrupt("unlinked list", number, why);
+    match previous {
+        None if agi.unlinked[slot] != ag_inode => return Err(broken("not its bucket's head")),
+        None => {
+            agi.unlinked[slot] = next;
+            write_agi(fs, tx, agi)?;
+        }
+        Some((_, ref before)) if before.core.next_unlinked != ag_inode => {
+            return Err(broken("its predecessor points elsewhere"));
+        }
+        Some((before_number, before)) => {
+            before.core.next_unlinked = next;
+            Filesystem::log_inode(tx, before_number, before);
+        }
+    }
     data.core.next_unlinked = NULL_AG_INODE;
-    if agi.unlinked[slot] == ag_inode {
-        agi.unlinked[slot] = next;
-        return write_agi(fs, tx, &agi);
-    }
-    let mut current = agi.unlinked[slot];
-    // Each step moves to a distinct inode of the bucket; a cycle is corruption.
-    for _ in 0..=fs.geometry.ag_len(ag) as u64 * u64::from(fs.geometry.inodes_per_block()) {
-        if current == NULL_AG_INODE {
-            break;
-        }
-        let previous = fs.inode(fs.geometry.ag_inode_to_number(ag, current))?;
-        let mut previous_data = previous.data.lock();
-        if previous_data.core.next_unlinked == ag_inode {
-            previous_data.core.next_unlinked = next;
-            Filesystem::log_inode(tx, previous.number, &mut previous_data);
-            return Ok(());
-        }
-        current = previous_data.core.next_unlinked;
-    }
-    Err(FsError::corrupt(
-        "unlinked list",
-        number,
-        "inode not on its bucket",
-    ))
+    fs.ags[ag as usize].unlinked.lock().removed(ag_inode, next);
+    Ok(())
 }
 
-/// Frees an unlinked inode nobody holds: its data in steps, then the inode.
+/// Whether nothing holds the unlinked inode any more: it may be freed.
+fn is_orphan(data: &InodeData) -> bool {
+    data.is_allocated() && data.core.nlink == 0 && data.lookups == 0 && data.opens == 0
+}
+
+/// Frees an unlinked inode nobody holds: what it maps in steps, then the inode.
 pub(crate) fn free_orphan(fs: &Filesystem, inode: &Arc<Inode>) -> Result<(), FsError> {
     let _io = inode.io.write();
     let mut data = inode.data.lock();
-    if !data.is_allocated() || data.core.nlink != 0 {
+    if !is_orphan(&data) {
         return Ok(());
     }
+    free_contents(fs, inode.number, &mut data)?;
+    free_unlisted(fs, inode.number, &mut data)
+}
+
+/// Frees everything the inode maps, a step per transaction: symlink blocks, file data or a
+/// directory's blocks, then its attributes.
+fn free_contents(fs: &Filesystem, number: u64, data: &mut InodeData) -> Result<(), FsError> {
     let mapped = matches!(
         data.core.data_format,
         ForkFormat::Extents | ForkFormat::Btree
     );
     let is_symlink = data.file_type() == Some(FileType::Symlink);
     if mapped && is_symlink {
-        crate::symlink::free_blocks(fs, inode.number, &mut data)?;
+        crate::symlink::free_blocks(fs, number, data)?;
+    } else if mapped && data.is_dir() {
+        dir::free_blocks_in_steps(fs, number, data)?;
+        dir::free_remaining_blocks(fs, number, data)?;
+    } else if mapped {
+        truncate_blocks(fs, number, data, 0)?;
     }
-    if mapped && !data.is_dir() && !is_symlink {
-        truncate_blocks(fs, inode.number, &mut data, 0)?;
-    }
-    if mapped && data.is_dir() {
-        dir::free_blocks_in_steps(fs, inode.number, &mut data)?;
-    }
-    crate::xattr_store::free_all(fs, inode.number, &mut data)?;
-    let mut tx = fs.begin(Reservation::remove(&fs.geometry))?;
-    let result = free_now(fs, &mut tx, inode.number, &mut data);
-    Filesystem::log_inode(&mut tx, inode.number, &mut data);
-    Filesystem::commit(tx, &mut [&mut data])?;
-    result
+    crate::xattr_store::free_all(fs, number, data)
 }
 
+/// The last transaction: the inode off its list and free in the inode trees. It locks the
+/// predecessor (found in the index) before the AGI, and checks under the AGI that the
+/// predecessor is still the one locked.
+fn free_unlisted(fs: &Filesystem, number: u64, data: &mut InodeData) -> Result<(), FsError> {
+    let (ag, ag_inode) = fs.geometry.split_inode_number(number)?;
+    let index = &fs.ags[ag as usize].unlinked;
+    let off_list = || FsError::corrupt("unlinked list", number, "inode not on its AG's lists");
+    for _ in 0..UNLIST_ATTEMPTS_MAX {
+        let previous = index.lock().previous(ag_inode).ok_or_else(off_list)?;
+        let before = match previous {
+            NULL_AG_INODE => None,
+            previous => Some(fs.inode(fs.geometry.ag_inode_to_number(ag, previous))?),
+        };
+        let mut before_data = before.as_ref().map(|inode| inode.lock_nested(PREDECESSOR));
+        let mut tx = fs.begin(Reservation::remove(&fs.geometry))?;
+        let mut agi = read_agi(fs, &mut tx, ag)?;
+        if index.lock().previous(ag_inode) != Some(previous) {
+            tx.tx.cancel()?;
+            continue;
+        }
+        let before_number = before.as_ref().map(|inode| inode.number);
+        let linked = before_number.zip(before_data.as_deref_mut());
+        let result = unlist(fs, &mut tx, &mut agi, number, data, linked)
+            .and_then(|()| free_now(fs, &mut tx, number, data));
+        Filesystem::log_inode(&mut tx, number, data);
+        let mut logged: Vec<&mut InodeData> = vec![data];
+        logged.extend(before_data.as_deref_mut());
+        Filesystem::commit(tx, &mut logged)?;
+        return result;
+    }
+    Err(FsError::corrupt(
+        "unlinked list",
+        number,
+        "its bucket changed under every attempt to take it off",
+    ))
+}
+
+/// Frees the inode (off its list, its contents gone) in the inode trees.
 fn free_now(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
     number: u64,
     data: &mut InodeData,
 ) -> Result<(), FsError> {
-    let mapped = matches!(
-        data.core.data_format,
-        ForkFormat::Extents | ForkFormat::Btree
-    );
-    if data.is_dir() && mapped {
-        dir::free_blocks(fs, tx, data)?;
-    }
-    remove(fs, tx, number, data)?;
     data.core.mode = 0;
     data.core.size = 0;
     data.core.attr_format = None;
@@ -145,27 +235,56 @@ pub(crate) fn recover_unlinked(fs: &Filesystem) -> Result<(), FsError> {
         return Ok(());
     }
     for ag in 0..fs.geometry.ag_count {
-        loop {
-            let mut tx = fs.begin(Reservation::new(0))?;
-            let agi = read_agi(fs, &mut tx, ag);
-            tx.tx.cancel()?;
-            let agi = agi?;
-            let Some(head) = agi.unlinked.iter().copied().find(|&h| h != NULL_AG_INODE) else {
-                break;
-            };
-            let inode = fs.inode(fs.geometry.ag_inode_to_number(ag, head))?;
-            {
-                let data = inode.data.lock();
-                if data.core.nlink != 0 || !data.is_allocated() {
-                    return Err(FsError::corrupt(
-                        "unlinked list",
-                        inode.number,
-                        "linked inode",
-                    ));
-                }
+        let heads = load_index(fs, ag)?;
+        for head in heads {
+            // Each free takes the bucket's head off, so the next head is freed next.
+            let mut next = head;
+            while next != NULL_AG_INODE {
+                let inode = fs.inode(fs.geometry.ag_inode_to_number(ag, next))?;
+                next = inode.data.lock().core.next_unlinked;
+                free_orphan(fs, &inode)?;
             }
-            free_orphan(fs, &inode)?;
         }
     }
     Ok(())
+}
+
+/// Fills AG `ag`'s index from its lists on disk (at mount, before anything else runs) and
+/// returns the buckets' heads. Every inode on a list must be unlinked.
+fn load_index(fs: &Filesystem, ag: u32) -> Result<Vec<u32>, FsError> {
+    let mut tx = fs.begin(Reservation::new(0))?;
+    let agi = read_agi(fs, &mut tx, ag);
+    tx.tx.cancel()?;
+    let heads: Vec<u32> = agi?
+        .unlinked
+        .iter()
+        .copied()
+        .filter(|&head| head != NULL_AG_INODE)
+        .collect();
+    // Each step visits a distinct inode of the AG; more steps than inodes is a cycle.
+    let steps_max = u64::from(fs.geometry.ag_len(ag)) * u64::from(fs.geometry.inodes_per_block());
+    let mut steps = 0u64;
+    // Filled outside the index's lock: it ranks below inode locks.
+    let mut found: HashMap<u32, u32> = HashMap::new();
+    for &head in &heads {
+        let mut previous = NULL_AG_INODE;
+        let mut current = head;
+        while current != NULL_AG_INODE {
+            steps += 1;
+            let number = fs.geometry.ag_inode_to_number(ag, current);
+            if steps > steps_max || found.contains_key(&current) {
+                return Err(FsError::corrupt("unlinked list", number, "a cycle"));
+            }
+            let inode = fs.inode(number)?;
+            let data = inode.data.lock();
+            if data.core.nlink != 0 || !data.is_allocated() {
+                return Err(FsError::corrupt("unlinked list", number, "linked inode"));
+            }
+            found.insert(current, previous);
+            previous = current;
+            current = data.core.next_unlinked;
+        }
+    }
+    fs.ags[ag as usize].unlinked.lock().previous = found;
+    Ok(heads)
 }

@@ -101,3 +101,61 @@ fn directory_grows_into_blocks_and_empties() {
     fs.unmount().unwrap();
     fsck_clean(&device);
 }
+
+// Access times: relatime (the default) updates atime on a read or a listing only when it is
+// not after mtime/ctime (or is a day old); strictatime on every access; noatime never.
+#[test]
+fn access_times_follow_the_mount_option() {
+    use cairn_fs::{AtimeMode, MountOptions, SetAttr, TimeOrNow};
+    use std::time::{Duration, UNIX_EPOCH};
+    let device = common::make_device(64 << 20);
+    let old = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let older = UNIX_EPOCH + Duration::from_secs(900_000_000);
+    for (mode, after_first, after_second) in [
+        (AtimeMode::Relatime, true, false),
+        (AtimeMode::Strict, true, true),
+        (AtimeMode::Noatime, false, false),
+    ] {
+        let options = MountOptions {
+            atime: mode,
+            ..MountOptions::default()
+        };
+        let dyn_device: std::sync::Arc<dyn cairn_blockdev::BlockDevice> = device.clone();
+        let fs = cairn_fs::Filesystem::mount(dyn_device, options).unwrap();
+        let name = format!("{mode:?}");
+        let f = fs
+            .create(
+                fs.root(),
+                name.as_bytes(),
+                cairn_fs::FileKind::Regular,
+                0o644,
+                0,
+                &common::root(),
+            )
+            .unwrap()
+            .inode;
+        fs.write(f, 0, b"data").unwrap();
+        let times = |atime| cairn_fs::SetAttr {
+            atime: Some(TimeOrNow::Time(atime)),
+            mtime: Some(TimeOrNow::Time(old)),
+            ..SetAttr::default()
+        };
+        // atime before mtime: relatime updates it.
+        fs.setattr(f, &times(older), &common::root()).unwrap();
+        fs.read(f, 0, 4).unwrap();
+        let first = fs.getattr(f).unwrap().atime;
+        assert_eq!(first != older, after_first, "{mode:?} first read");
+        // atime now after mtime (and less than a day old): only strictatime updates it.
+        std::thread::sleep(Duration::from_millis(5));
+        fs.read(f, 0, 4).unwrap();
+        let second = fs.getattr(f).unwrap().atime;
+        assert_eq!(second != first, after_second, "{mode:?} second read");
+        let dir = fs.root();
+        fs.setattr(dir, &times(older), &common::root()).unwrap();
+        fs.readdir(dir, 0, 100).unwrap();
+        let listed = fs.getattr(dir).unwrap().atime;
+        assert_eq!(listed != older, after_first, "{mode:?} listing");
+        fs.unmount().unwrap();
+    }
+    common::fsck_clean(&device);
+}

@@ -357,3 +357,75 @@ fn needs_recovery_follows_the_log() {
     assert!(!Filesystem::needs_recovery(device.as_ref()).unwrap());
     fsck_clean(&device);
 }
+
+// A removed directory that is still looked up (or open) takes no new entries: create,
+// mkdir, link and rename into it fail with NotFound, as on Linux. It used to accept them, and
+// the entries went with the directory when it was freed, leaving inodes no directory named
+// (found by the concurrency stress test).
+#[test]
+fn a_removed_directory_takes_no_new_entries() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let gone = mkdir(&fs, fs.root(), b"gone");
+    let kept = file(&fs, fs.root(), b"kept");
+    fs.rmdir(fs.root(), b"gone", &root()).unwrap();
+    let create = fs.create(gone, b"f", FileKind::Regular, 0o644, 0, &root());
+    assert!(matches!(create, Err(FsError::NotFound)), "{create:?}");
+    let made = fs.mkdir(gone, b"d", 0o755, &root());
+    assert!(matches!(made, Err(FsError::NotFound)), "{made:?}");
+    let linked = fs.link(kept, gone, b"l", &root());
+    assert!(matches!(linked, Err(FsError::NotFound)), "{linked:?}");
+    let moved = rename(&fs, (fs.root(), b"kept"), (gone, b"k"), RenameMode::Replace);
+    assert!(matches!(moved, Err(FsError::NotFound)), "{moved:?}");
+    fs.forget(gone, 1);
+    fs.forget(kept, 1);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+// Inodes by number, as file handles name them: a live inode (any type) and "." find it with
+// its generation; a freed number, a reused one (new generation), and numbers that name no
+// allocated inode (free chunk slots, data blocks, AG headers, past the end) are NotFound,
+// never a corruption error, even after a remount emptied the inode cache.
+#[test]
+fn inodes_by_number_for_file_handles() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let top = fs.root();
+    let dir = mkdir(&fs, top, b"d");
+    let f = file(&fs, dir, b"f");
+    fs.write(f, 0, &vec![1u8; 1 << 20]).unwrap();
+    let generation = fs.lookup_inode(f).unwrap().generation;
+    assert_eq!(fs.lookup(f, b".").unwrap().generation, generation);
+    assert_eq!(fs.lookup_inode(dir).unwrap().inode, dir);
+    fs.forget(dir, 1);
+    fs.unlink(dir, b"f", &root()).unwrap();
+    // Unlinked, it is gone for handles even while references wait to be dropped.
+    assert!(matches!(fs.lookup_inode(f), Err(FsError::NotFound)));
+    fs.forget(f, 3);
+    assert!(matches!(fs.lookup_inode(f), Err(FsError::NotFound)));
+    let again = fs
+        .create(dir, b"again", FileKind::Regular, 0o644, 0, &root())
+        .unwrap();
+    assert_eq!(again.inode, f, "the freed number is reused first");
+    assert_ne!(again.generation, generation);
+    fs.unmount().unwrap();
+    let fs = mount(&device);
+    assert_eq!(fs.lookup_inode(f).unwrap().generation, again.generation);
+    fs.forget(f, 1);
+    let step = 1 + (f >> 5);
+    let mut number = 0u64;
+    while number < f.saturating_mul(64) {
+        let known = [top, dir, f].contains(&number);
+        match fs.lookup_inode(number) {
+            Ok(attr) if known => fs.forget(attr.inode, 1),
+            Ok(attr) => panic!("inode {number} found: {attr:?}"),
+            Err(FsError::NotFound) => {}
+            Err(error) => panic!("inode {number}: {error}"),
+        }
+        number += step;
+    }
+    assert!(matches!(fs.lookup_inode(u64::MAX), Err(FsError::NotFound)));
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}

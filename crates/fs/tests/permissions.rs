@@ -121,8 +121,10 @@ fn sticky_directory() {
     fsck_clean(&device);
 }
 
-// setuid and setgid: a write clears setuid, and setgid when group-executable; chown clears
-// both the same way; a truncate by a non-owner with write permission clears them too.
+// setuid and setgid: a write by a process without CAP_FSETID clears setuid, and setgid when
+// group-executable or when the writer is outside the file's group; a plain write (a
+// privileged writer) keeps them; chown clears them (root's too); a truncate by a non-owner
+// with write permission clears them, root's keeps them.
 #[test]
 fn setuid_setgid_clearing() {
     let device = make_device(64 << 20);
@@ -134,14 +136,22 @@ fn setuid_setgid_clearing() {
     chmod(&fs, f, 0o6755, &alice).unwrap();
     assert_eq!(mode(&fs, f), 0o6755);
     fs.write(f, 0, b"data").unwrap();
+    assert_eq!(mode(&fs, f), 0o6755);
+    fs.write_clearing_set_id(f, 0, b"data", &alice).unwrap();
     assert_eq!(mode(&fs, f), 0o755);
-    // Setgid without group execute marks mandatory locking and stays.
+    // Setgid without group execute stays for a writer in the group, not for one outside.
     chmod(&fs, f, 0o6745, &alice).unwrap();
-    fs.write(f, 4, b"more").unwrap();
+    fs.write_clearing_set_id(f, 4, b"more", &alice).unwrap();
     assert_eq!(mode(&fs, f), 0o2745);
+    fs.write_clearing_set_id(f, 4, b"more", &user(1001))
+        .unwrap();
+    assert_eq!(mode(&fs, f), 0o745);
     chmod(&fs, f, 0o6755, &alice).unwrap();
     chown(&fs, f, Some(1001), None, &root()).unwrap();
     assert_eq!(mode(&fs, f), 0o755);
+    chmod(&fs, f, 0o6755, &root()).unwrap();
+    chown(&fs, f, None, None, &root()).unwrap();
+    assert_eq!(mode(&fs, f), 0o6755, "no uid or gid: not a chown");
     // chmod keeps what it sets, even when the owner changes with it.
     let change = SetAttr {
         mode: Some(0o4755),
@@ -155,9 +165,58 @@ fn setuid_setgid_clearing() {
         ..SetAttr::default()
     };
     chmod(&fs, f, 0o4777, &alice).unwrap();
+    fs.setattr(f, &size, &root()).unwrap();
+    assert_eq!(mode(&fs, f), 0o4777);
     fs.setattr(f, &size, &user(1001)).unwrap();
     assert_eq!(fs.getattr(f).unwrap().size, 2);
     assert_eq!(mode(&fs, f), 0o777);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+// What the kernel sends on a writer's behalf is accepted from a non-owner who may write:
+// a mode that only clears set-ID bits, times (a writeback's stamps), and a size change
+// through a descriptor opened for writing even without write permission on the inode.
+#[test]
+fn changes_on_a_writers_behalf() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let top = fs.root();
+    let (alice, bob) = (user(1000), user(1001));
+    let dir = fs.mkdir(top, b"d", 0o777, &root()).unwrap().inode;
+    let f = create(&fs, dir, b"f", 0o6777, &alice);
+    not_permitted(chmod(&fs, f, 0o777 | 0o1000, &bob));
+    chmod(&fs, f, 0o2777, &bob).unwrap();
+    assert_eq!(mode(&fs, f), 0o2777);
+    let epoch = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    let stamp = SetAttr {
+        mtime: Some(TimeOrNow::Time(epoch)),
+        ctime: Some(epoch),
+        ..SetAttr::default()
+    };
+    assert_eq!(fs.setattr(f, &stamp, &bob).unwrap().mtime, epoch);
+    // A file created with mode 0: its creator's open handle still truncates it.
+    let g = create(&fs, dir, b"g", 0, &bob);
+    let handle = fs.open(g, true, false, false, &root()).unwrap();
+    let mut through = SetAttr {
+        size: Some(0),
+        file: Some(handle.handle),
+        ..SetAttr::default()
+    };
+    fs.setattr(g, &through, &bob).unwrap();
+    let reader = fs.open(g, false, false, false, &root()).unwrap();
+    through.file = Some(reader.handle);
+    denied(fs.setattr(g, &through, &bob));
+    through.file = None;
+    denied(fs.setattr(g, &through, &bob));
+    fs.release(handle).unwrap();
+    fs.release(reader).unwrap();
+    // ctime alone (a chown that changes nothing) needs nothing.
+    let ctime = SetAttr {
+        ctime: Some(epoch),
+        ..SetAttr::default()
+    };
+    fs.setattr(g, &ctime, &alice).unwrap();
     fs.unmount().unwrap();
     fsck_clean(&device);
 }
@@ -174,6 +233,7 @@ fn owner_only_changes() {
         uid: 1000,
         gid: 1000,
         groups: vec![50],
+        umask: 0,
     };
     let bob = user(1001);
     let dir = fs.mkdir(top, b"d", 0o777, &root()).unwrap().inode;

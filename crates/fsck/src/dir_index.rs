@@ -49,7 +49,8 @@ impl Checker<'_> {
         // Bits 32..56 hold the filesystem's free-space hint (docs/fs.md), not the root.
         let root = packed & 0xffff_ffff;
         let levels = (packed >> LEVELS_SHIFT) as u32;
-        let (records, visited) = self.walk_dir_tree(dir, root, levels)?;
+        let (records, visited) =
+            self.walk_file_tree(MetaKind::DirBtree, dir, (root, levels), Self::dir_problem)?;
         let mut mapped = BTreeSet::new();
         for extent in extents.iter().filter(|e| e.file_block >= INDEX_FILE_BASE) {
             if extent.file_block - INDEX_FILE_BASE != extent.fs_block.0 {
@@ -159,16 +160,20 @@ impl Checker<'_> {
         }
     }
 
-    /// Walks the index tree; returns its records in order and the blocks it is made of.
-    fn walk_dir_tree(
+    /// Walks a file-owned tree of `kind` rooted at `(root, levels)` (a directory's hash index,
+    /// an inode's attribute index): verifier with `owner`, levels, sibling links; returns its
+    /// records in order and the blocks it is made of (`None` when it cannot be walked). A block
+    /// that fails its verifier is reported by its structure; other problems go to `problem`.
+    pub(crate) fn walk_file_tree<R: OnDisk>(
         &mut self,
-        dir: u64,
-        root: u64,
-        levels: u32,
-    ) -> Option<(Vec<DirHashRecord>, BTreeSet<u64>)> {
-        let layout = BtreeLayout::for_kind(MetaKind::DirBtree, self.geometry.block_size)?;
+        kind: MetaKind,
+        owner: u64,
+        (root, levels): (u64, u32),
+        problem: impl Fn(&mut Self, u64, Option<u64>, String) + Copy,
+    ) -> Option<(Vec<R>, BTreeSet<u64>)> {
+        let layout = BtreeLayout::for_kind(kind, self.geometry.block_size)?;
         if levels == 0 || levels > BTREE_LEVELS_MAX {
-            self.dir_problem(dir, None, format!("index records {levels} levels"));
+            problem(self, owner, None, format!("index records {levels} levels"));
             return None;
         }
         let mut visited = BTreeSet::new();
@@ -178,24 +183,29 @@ impl Checker<'_> {
             let mut next = Vec::new();
             for (index, &block) in pending.iter().enumerate() {
                 if !visited.insert(block) {
-                    self.dir_problem(dir, Some(block), "index block reached twice".to_string());
+                    problem(
+                        self,
+                        owner,
+                        Some(block),
+                        "index block reached twice".to_string(),
+                    );
                     return None;
                 }
                 let left = index.checked_sub(1).map_or(NULL_BLOCK, |i| pending[i]);
                 let right = pending.get(index + 1).copied().unwrap_or(NULL_BLOCK);
-                let (header, raw) = self.dir_tree_block(dir, &layout, block)?;
+                let (header, raw) = self.file_tree_block(&layout, owner, block, problem)?;
                 let found = (header.level, header.left, header.right);
                 if found != (level, left, right) {
                     let message = format!(
                         "index block level/siblings are {found:?}, expected {:?}",
                         (level, left, right)
                     );
-                    self.dir_problem(dir, Some(block), message);
+                    problem(self, owner, Some(block), message);
                 }
                 for slot in 0..usize::from(header.record_count) {
                     if header.level == 0 {
                         let raw_record = layout.record(&raw, slot)?;
-                        records.push(DirHashRecord::decode(raw_record).ok()?);
+                        records.push(R::decode(raw_record).ok()?);
                     } else {
                         next.push(layout.pointer(&raw, slot)?);
                     }
@@ -206,24 +216,30 @@ impl Checker<'_> {
         Some((records, visited))
     }
 
-    fn dir_tree_block(
+    fn file_tree_block(
         &mut self,
-        dir: u64,
         layout: &BtreeLayout,
+        owner: u64,
         at: u64,
+        problem: impl Fn(&mut Self, u64, Option<u64>, String),
     ) -> Option<(BtreeHeader, Vec<u8>)> {
         if at >= self.geometry.block_count {
-            self.dir_problem(dir, None, format!("index pointer {at} is past the device"));
+            problem(
+                self,
+                owner,
+                None,
+                format!("index pointer {at} is past the device"),
+            );
             return None;
         }
-        let block = self.read_block(FsBlock(at), MetaKind::DirBtree.name())?;
+        let block = self.read_block(FsBlock(at), layout.kind.name())?;
         let expected = Expected {
-            kind: MetaKind::DirBtree,
+            kind: layout.kind,
             blkno: at,
             uuid: self.uuid,
-            owner: Some(dir),
+            owner: Some(owner),
         };
-        let valid = layout.pointer_bounds(&self.geometry, dir);
+        let valid = layout.pointer_bounds(&self.geometry, owner);
         let header = verify_header(&block, &expected)
             .and_then(|_| BtreeHeader::decode(&block))
             .and_then(|h| h.check(layout, &block, valid).map(|()| h));

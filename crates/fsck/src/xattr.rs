@@ -1,13 +1,23 @@
 //! Attribute forks: the short form is decoded and checked; an Extents attr fork must map one
 //! written leaf block at attr block 0, which is read, verified (kind, own address, owner =
 //! the inode, UUID, CRC) and decoded, and its remote values' blocks checked against the
-//! device's end.
-//! The leaf and remote blocks are claimed; their number is the attr fork's share of the
-//! inode's block count.
+//! device's end. A Btree attr fork (index form) holds the index root: the index tree is
+//! walked (verifier, levels, siblings, keys strictly increasing), and its records must name
+//! exactly the attributes of the leaves they point at (each leaf checked as above, each
+//! attribute under its name's hash, once); the fill leaf must be one of them. The tree, leaf
+//! and remote blocks are claimed; their number is the attr fork's share of the inode's block
+//! count. Attributes of the System namespace must be valid POSIX ACLs
+//! (`system.posix_acl_access`, and `system.posix_acl_default` on directories only).
 
-use cairn_format::inode::{ForkFormat, InodeCore, fork_extents};
-use cairn_format::xattr::{XattrLeaf, XattrValue, decode_shortform_xattrs};
-use cairn_format::{Expected, FsBlock, InodeNumber, MetaKind, verify_header};
+use std::collections::BTreeMap;
+
+use cairn_format::acl::{ACL_ACCESS_NAME, ACL_DEFAULT_NAME, Acl};
+use cairn_format::dir::name_hash;
+use cairn_format::inode::{FileType, ForkFormat, InodeCore, fork_extents};
+use cairn_format::xattr::{
+    Namespace, XattrIndexRecord, XattrIndexRoot, XattrLeaf, XattrValue, decode_shortform_xattrs,
+};
+use cairn_format::{Expected, FsBlock, InodeNumber, MetaKind, OnDisk, verify_header};
 
 use crate::check::Checker;
 use crate::report::Problem;
@@ -35,12 +45,18 @@ impl Checker<'_> {
         let fork = &raw[range];
         match core.attr_format {
             Some(ForkFormat::Local) => {
-                if let Err(err) = decode_shortform_xattrs(fork) {
-                    self.attr_problem(number, None, err.to_string());
+                match decode_shortform_xattrs(fork) {
+                    Ok(attrs) => {
+                        for attr in attrs.iter().filter(|a| a.namespace == Namespace::System) {
+                            self.check_system_attr(number, None, &attr.name, &attr.value, core);
+                        }
+                    }
+                    Err(err) => self.attr_problem(number, None, err.to_string()),
                 }
                 0
             }
             Some(ForkFormat::Extents) => self.check_attr_leaf(number, fork, core),
+            Some(ForkFormat::Btree) => self.check_attr_index(number, fork, core),
             other => {
                 let message = format!("unsupported attr fork format {other:?}");
                 self.attr_problem(number, None, message);
@@ -71,9 +87,22 @@ impl Checker<'_> {
                 return 0;
             }
         };
+        self.check_leaf_block(number, leaf, core)
+            .map_or(1, |(_, blocks)| blocks)
+    }
+
+    /// Claims, reads and checks leaf block `leaf` of inode `number` and the remote values it
+    /// points at; returns it decoded (unless it failed its checks) and the blocks claimed.
+    fn check_leaf_block(
+        &mut self,
+        number: InodeNumber,
+        leaf: u64,
+        core: &InodeCore,
+    ) -> Option<(XattrLeaf, u64)> {
         self.claim_for(number.0, leaf, 1, "xattr leaf");
         let Some(block) = self.read_block(FsBlock(leaf), MetaKind::AttrBlock.name()) else {
-            return 1;
+            self.findings.broken_attr.insert(number.0);
+            return None;
         };
         let expected = Expected {
             kind: MetaKind::AttrBlock,
@@ -88,14 +117,20 @@ impl Checker<'_> {
             Err(err) => {
                 self.findings.broken_attr.insert(number.0);
                 self.report.add(Problem::from_format(leaf, &err));
-                return 1;
+                return None;
             }
         };
         let mut blocks = 1;
         let block_size = self.geometry.block_size;
         for entry in &decoded.entries {
-            let XattrValue::Remote { block, length } = entry.value else {
-                continue;
+            let system = entry.namespace == Namespace::System;
+            let (block, length) = match &entry.value {
+                XattrValue::Local(value) if system => {
+                    self.check_system_attr(number, Some(leaf), &entry.name, value, core);
+                    continue;
+                }
+                XattrValue::Local(_) => continue,
+                XattrValue::Remote { block, length } => (*block, *length),
             };
             let count = u64::from(length.div_ceil(block_size).max(1));
             if block.0.saturating_add(count) > self.geometry.block_count {
@@ -105,8 +140,97 @@ impl Checker<'_> {
             }
             self.claim_for(number.0, block.0, count, "xattr value");
             blocks += count;
+            if system && let Some(raw) = self.read_blocks(block, count as u32, "xattr value") {
+                let value = &raw[..length as usize];
+                self.check_system_attr(number, Some(leaf), &entry.name, value, core);
+            }
+        }
+        Some((decoded, blocks))
+    }
+
+    /// The index form: the tree, then every leaf its records point at (see the module
+    /// documentation).
+    fn check_attr_index(&mut self, number: InodeNumber, fork: &[u8], core: &InodeCore) -> u64 {
+        let root = match XattrIndexRoot::decode(fork) {
+            Ok(root) => root,
+            Err(err) => {
+                self.attr_problem(number, None, err.to_string());
+                return 0;
+            }
+        };
+        let walked = self.walk_file_tree::<XattrIndexRecord>(
+            MetaKind::AttrBtree,
+            number.0,
+            (root.root.0, root.levels),
+            |this, owner, block, message| this.attr_problem(InodeNumber(owner), block, message),
+        );
+        let Some((records, tree_blocks)) = walked else {
+            self.findings.broken_attr.insert(number.0);
+            return 0;
+        };
+        for &block in &tree_blocks {
+            self.claim_for(number.0, block, 1, "xattr index tree");
+        }
+        if records
+            .windows(2)
+            .any(|pair| pair[0].key() >= pair[1].key())
+        {
+            let message = "index records are not in strictly increasing key order".to_string();
+            self.attr_problem(number, None, message);
+        }
+        let mut by_leaf: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+        for record in &records {
+            by_leaf.entry(record.leaf.0).or_default().push(record.hash);
+        }
+        if let Some(fill) = root.fill.filter(|fill| !by_leaf.contains_key(&fill.0)) {
+            let message = format!("the fill leaf {} is not one of the index's leaves", fill.0);
+            self.attr_problem(number, None, message);
+        }
+        let mut blocks = tree_blocks.len() as u64;
+        for (leaf, mut hashes) in by_leaf {
+            let Some((decoded, claimed)) = self.check_leaf_block(number, leaf, core) else {
+                blocks += 1;
+                continue;
+            };
+            blocks += claimed;
+            let mut names: Vec<u32> = decoded.entries.iter().map(|e| name_hash(&e.name)).collect();
+            names.sort_unstable();
+            hashes.sort_unstable();
+            if names != hashes {
+                let message = format!(
+                    "leaf {leaf} holds {} attributes, the index names {} there (or other hashes)",
+                    names.len(),
+                    hashes.len()
+                );
+                self.attr_problem(number, Some(leaf), message);
+            }
         }
         blocks
+    }
+
+    /// An attribute of the System namespace must be a POSIX ACL: `posix_acl_access`, or
+    /// `posix_acl_default` on a directory, holding a valid list.
+    fn check_system_attr(
+        &mut self,
+        number: InodeNumber,
+        block: Option<u64>,
+        name: &[u8],
+        value: &[u8],
+        core: &InodeCore,
+    ) {
+        let shown = String::from_utf8_lossy(name).into_owned();
+        let is_dir = core.file_type() == Some(FileType::Directory);
+        let message = if name == ACL_DEFAULT_NAME && !is_dir {
+            "a default ACL on something other than a directory".to_string()
+        } else if name != ACL_ACCESS_NAME && name != ACL_DEFAULT_NAME {
+            "not a POSIX ACL name".to_string()
+        } else {
+            match Acl::decode(value) {
+                Ok(_) => return,
+                Err(err) => err.to_string(),
+            }
+        };
+        self.attr_problem(number, block, format!("system.{shown}: {message}"));
     }
 
     /// An inode whose data fork holds no blocks (Local or Device) counts its attr blocks only.

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::adapter::{GROW_XATTR_PREFIX, TRIM_XATTR_PREFIX};
 use crate::daemon::{self, MountRequest};
 use crate::options::{MountConfig, option_help_text};
 use crate::stats::STATS_XATTR;
@@ -55,6 +56,27 @@ pub enum Command {
         /// Where the filesystem is mounted.
         mountpoint: PathBuf,
     },
+    /// Discard every free extent of a mounted cairn filesystem (as fstrim does): an image
+    /// file gets the space back, a thin or SSD device hears that it is unused. Root only.
+    Trim {
+        /// Where the filesystem is mounted.
+        mountpoint: PathBuf,
+        /// Skip free extents shorter than this (bytes; K, M, G suffixes).
+        #[arg(short = 'm', long, value_name = "SIZE", default_value = "0",
+              value_parser = parse_minimum)]
+        minimum: u64,
+    },
+    /// Grow a cairn filesystem to SIZE (default: the whole device or image): the last
+    /// allocation group is extended and new ones are added, in one logged transaction. An
+    /// image file shorter than SIZE is extended (sparse) first. Works on a mount point (the
+    /// mounted filesystem, as xfs_growfs) or on an unmounted image or device. Root only.
+    Grow {
+        /// Mount point, or image file or block device of an unmounted filesystem.
+        device: PathBuf,
+        /// New size (bytes; K, M, G, T suffixes).
+        #[arg(value_parser = parse_minimum)]
+        size: Option<u64>,
+    },
     /// Write the man pages of cairn, mkfs.cairn and fsck.cairn into a directory.
     Man {
         /// Output directory (created if missing).
@@ -74,6 +96,11 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     };
     let result = match &args.command {
         Some(Command::Stats { mountpoint }) => print_stats(mountpoint),
+        Some(Command::Trim {
+            mountpoint,
+            minimum,
+        }) => trim(mountpoint, *minimum),
+        Some(Command::Grow { device, size }) => grow(device, *size),
         Some(Command::Man { dir }) => crate::man::write_all(dir)
             .map(|written| println!("wrote {}", written.join(", ")))
             .map_err(|e| format!("{}: {e}", dir.display())),
@@ -115,6 +142,126 @@ fn mount(args: &Args) -> ExitCode {
     }
 }
 
+fn parse_minimum(text: &str) -> Result<u64, String> {
+    cairn_mkfs::size::parse_size(text)
+}
+
+/// Trims the free space of the cairn mount at `mountpoint` and prints what it discarded.
+fn trim(mountpoint: &Path, minimum: u64) -> Result<(), String> {
+    let name = format!("{TRIM_XATTR_PREFIX}{minimum}");
+    let text = read_root_xattr(mountpoint, &name).map_err(|error| match error.raw_os_error() {
+        Some(libc::ENODATA | libc::EOPNOTSUPP) => {
+            format!("{} is not the root of a cairn mount", mountpoint.display())
+        }
+        Some(libc::EPERM) => "only root may trim a filesystem".to_string(),
+        Some(libc::EROFS) => format!("{} is mounted read-only", mountpoint.display()),
+        _ => format!("{}: {error}", mountpoint.display()),
+    })?;
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(key)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let (bytes, extents) = (field("trimmed_bytes:"), field("trimmed_extents:"));
+    println!(
+        "{}: {} ({bytes} bytes) trimmed in {extents} extents",
+        mountpoint.display(),
+        human_bytes(bytes)
+    );
+    Ok(())
+}
+
+/// Grows the filesystem mounted on, or held by, `path` to `size` bytes (the device's size
+/// if `None`).
+fn grow(path: &Path, size: Option<u64>) -> Result<(), String> {
+    let report = match path.is_dir() {
+        true => grow_mounted(path, size)?,
+        false => grow_offline(path, size)?,
+    };
+    let (block_size, old, new) = (report.4, report.0, report.1);
+    println!(
+        "{}: grew from {old} to {new} blocks ({} to {}), {} to {} allocation groups",
+        path.display(),
+        human_bytes(old * block_size),
+        human_bytes(new * block_size),
+        report.2,
+        report.3
+    );
+    Ok(())
+}
+
+/// (old blocks, new blocks, old AGs, new AGs, block size) of a grow.
+type Grown = (u64, u64, u32, u32, u64);
+
+/// Grows the filesystem mounted on `mountpoint` through the daemon.
+fn grow_mounted(mountpoint: &Path, size: Option<u64>) -> Result<Grown, String> {
+    let name = format!("{GROW_XATTR_PREFIX}{}", size.unwrap_or(0));
+    let text = read_root_xattr(mountpoint, &name).map_err(|error| match error.raw_os_error() {
+        Some(libc::ENODATA | libc::EOPNOTSUPP) => {
+            format!("{} is not the root of a cairn mount", mountpoint.display())
+        }
+        Some(libc::EPERM) => "only root may grow a filesystem".to_string(),
+        Some(libc::EBUSY) => format!(
+            "{}: a deleted file is still open there; close it, or unmount and run cairn \
+             grow on the image or device",
+            mountpoint.display()
+        ),
+        Some(libc::EINVAL) => format!(
+            "{}: the new size is not larger than the filesystem, or the device is not \
+             larger (extend it first), or the mount is read-only",
+            mountpoint.display()
+        ),
+        _ => format!("{}: {error} (see the daemon's log)", mountpoint.display()),
+    })?;
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(key)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Ok((
+        field("old_blocks:"),
+        field("new_blocks:"),
+        field("old_ags:") as u32,
+        field("new_ags:") as u32,
+        field("block_size:"),
+    ))
+}
+
+/// Grows the unmounted filesystem on the image or device `path`.
+fn grow_offline(path: &Path, size: Option<u64>) -> Result<Grown, String> {
+    let mut open = cairn_blockdev::OpenOptions::new();
+    if let Some(size) = size {
+        open = open.create_size(size);
+    }
+    let shown = |error: &dyn std::fmt::Display| format!("{}: {error}", path.display());
+    let device = cairn_blockdev::FileDevice::open(path, &open).map_err(|e| shown(&e))?;
+    let device: std::sync::Arc<dyn cairn_blockdev::BlockDevice> = std::sync::Arc::new(device);
+    let fs = cairn_fs::Filesystem::mount(device, cairn_fs::MountOptions::default())
+        .map_err(|e| shown(&e))?;
+    let block_size = u64::from(fs.statfs().map_err(|e| shown(&e))?.block_size);
+    let blocks = size.map_or(u64::MAX, |size| size / block_size);
+    let report = fs.grow(blocks).map_err(|e| shown(&e))?;
+    Ok((
+        report.old_blocks,
+        report.new_blocks,
+        report.old_ags,
+        report.new_ags,
+        block_size,
+    ))
+}
+
+/// `bytes` in the largest binary unit that keeps it at least 1.
+fn human_bytes(bytes: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < units.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", units[unit])
+}
+
 /// Prints the statistics text of the cairn mount at `mountpoint`.
 fn print_stats(mountpoint: &Path) -> Result<(), String> {
     let text = read_stats(mountpoint).map_err(|error| {
@@ -131,8 +278,14 @@ fn print_stats(mountpoint: &Path) -> Result<(), String> {
 
 /// Reads the reserved statistics attribute of `mountpoint`.
 pub fn read_stats(mountpoint: &Path) -> std::io::Result<String> {
+    read_root_xattr(mountpoint, STATS_XATTR)
+}
+
+/// Reads the reserved attribute `name` of `mountpoint`, in one call when it fits 16 KiB
+/// (a command such as the trim runs once per call).
+fn read_root_xattr(mountpoint: &Path, name: &str) -> std::io::Result<String> {
     let path = CString::new(mountpoint.as_os_str().as_bytes())?;
-    let name = CString::new(STATS_XATTR)?;
+    let name = CString::new(name)?;
     // The text grows between the size query and the read; retry with a larger buffer.
     let mut capacity = 16 << 10;
     loop {

@@ -82,7 +82,21 @@ pub fn credentials(request: &Request) -> Credentials {
     } else {
         supplementary_groups(request.pid())
     };
-    Credentials { uid, gid, groups }
+    Credentials {
+        uid,
+        gid,
+        groups,
+        umask: 0,
+    }
+}
+
+/// The credentials of `request`, with the umask a create, mknod or mkdir passed (the
+/// kernel leaves applying it to the filesystem: FUSE_DONT_MASK).
+pub fn credentials_with_umask(request: &Request, umask: u32) -> Credentials {
+    Credentials {
+        umask: (umask & 0o777) as u16,
+        ..credentials(request)
+    }
 }
 
 fn supplementary_groups(pid: u32) -> Vec<u32> {

@@ -13,13 +13,17 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn_blockdev::{DeviceError, FileDevice, OpenOptions};
+use std::os::fd::AsFd;
+
+use cairn_blockdev::{BlockDevice, DeviceError, FileDevice, OpenOptions};
 use cairn_fs::{Filesystem, FsError};
 use fuser::{Config, MountOption, Session, SessionACL};
 
 use crate::adapter::CairnFs;
+use crate::blkmount::{self, BlkMount, BlkOptions};
+use crate::core::{CoreSlot, Unmounted};
 use crate::logging::{self, LogTarget};
-use crate::options::MountConfig;
+use crate::options::{BlkdevMode, MountConfig};
 use crate::stats::RequestStats;
 
 /// What to mount where.
@@ -60,6 +64,8 @@ pub enum DaemonError {
     },
     #[error("unmounting the filesystem: {0}")]
     Unmount(#[source] FsError),
+    #[error("unmounting the filesystem: {0}")]
+    UnmountFailed(String),
     #[error("starting the daemon: {0}")]
     Daemonize(#[source] io::Error),
 }
@@ -160,30 +166,28 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
     // Blocked before any thread starts, so every thread inherits the mask and only the
     // signal thread receives these.
     let signals = block_signals();
-    let fs = Arc::new(open_filesystem(request)?);
+    let device = open_device(request)?;
+    let core = CoreSlot::new(open_filesystem(request, &device)?);
     let requests = Arc::new(RequestStats::default());
-    let config = &request.config;
-    let adapter = CairnFs::new(
-        Arc::clone(&fs),
-        Arc::clone(&requests),
-        config.fuse.clone(),
-        config.fs.read_only,
-    );
-    let mut session = match Session::new(adapter, &request.mountpoint, &fuse_config(request)) {
-        Ok(session) => session,
-        Err(source) => {
-            let _ = unmount_filesystem(fs);
-            let path = request.mountpoint.clone();
-            return Err(DaemonError::Fuse { path, source });
+    let started = start_session(request, &core, &requests, &device);
+    // Only the filesystem holds the device from here: unmounting it releases the device.
+    drop(device);
+    let (session, unmounter) = match started {
+        Ok(started) => started,
+        Err(error) => {
+            let _ = finish(&core);
+            return Err(error);
         }
     };
     tracing::info!(
         device = %request.device.display(),
         mountpoint = %request.mountpoint.display(),
-        threads = config.fuse.worker_threads,
+        source = %unmounter.source(),
+        threads = request.config.fuse.worker_threads,
         "cairn mounted"
     );
-    spawn_signal_thread(signals, session.unmount_callable(), &request.mountpoint);
+    spawn_signal_thread(signals, unmounter);
+    let watchdog = crate::watchdog::Watchdog::spawn(Arc::clone(&requests));
     // Closing the pipe (dropping it here) is what lets the parent exit.
     if let Some(mut pipe) = ready.take() {
         let _ = pipe.write_all(READY.as_bytes());
@@ -191,8 +195,9 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
         detach_stdio();
     }
     let served = session.run();
+    drop(watchdog);
     tracing::info!(mountpoint = %request.mountpoint.display(), "FUSE session ended");
-    let unmounted = unmount_filesystem(fs);
+    let unmounted = finish(&core);
     if let Err(source) = served {
         let path = request.mountpoint.clone();
         return Err(DaemonError::Fuse { path, source });
@@ -200,31 +205,157 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
     unmounted
 }
 
-/// Opens and mounts the filesystem core, naming the usual failures plainly.
-fn open_filesystem(request: &MountRequest) -> Result<Filesystem, DaemonError> {
+/// Opens the image or device exclusively (read-only for a read-only mount).
+fn open_device(request: &MountRequest) -> Result<Arc<FileDevice>, DaemonError> {
+    let path = &request.device;
+    let open = OpenOptions::new().read_only(request.config.fs.read_only);
+    let open = match request.config.fs.buffered {
+        true => open.buffered(),
+        false => open,
+    };
+    FileDevice::open(path, &open)
+        .map(Arc::new)
+        .map_err(|error| classify(path, error.into()))
+}
+
+/// Mounts the filesystem core on `device` (recovery runs here), naming the usual
+/// failures plainly. A read-only mount first checks the log and refuses to skip recovery.
+fn open_filesystem(
+    request: &MountRequest,
+    device: &Arc<FileDevice>,
+) -> Result<Filesystem, DaemonError> {
     let path = &request.device;
     let options = &request.config.fs;
-    if options.read_only && !options.recover_read_only && needs_recovery(request)? {
-        return Err(DaemonError::NeedsRecovery { path: path.clone() });
+    if options.read_only && !options.recover_read_only {
+        let dirty = Filesystem::needs_recovery(device.as_ref()).map_err(|e| classify(path, e))?;
+        if dirty {
+            return Err(DaemonError::NeedsRecovery { path: path.clone() });
+        }
     }
-    let fs = Filesystem::mount_path(path, request.config.fs.clone())
-        .map_err(|error| classify(path, error))?;
+    let shared: Arc<dyn BlockDevice> = Arc::clone(device) as Arc<dyn BlockDevice>;
+    let fs = Filesystem::mount(shared, options.clone()).map_err(|error| classify(path, error))?;
     let report = fs.recovery_report();
     tracing::info!(device = %path.display(), recovery = ?report, "filesystem opened");
     Ok(fs)
 }
 
-/// Whether the log of the device needs recovery (checked read-only, before the mount).
-fn needs_recovery(request: &MountRequest) -> Result<bool, DaemonError> {
-    let path = &request.device;
-    let open = OpenOptions::new().read_only(true);
-    let open = if request.config.fs.buffered {
-        open.buffered()
-    } else {
-        open
+/// Mounts through FUSE and completes the handshake: as `fuseblk` over a loop device where
+/// the options and the system allow (see `blkmount`), else as a plain `fuse` mount.
+fn start_session(
+    request: &MountRequest,
+    core: &Arc<CoreSlot>,
+    requests: &Arc<RequestStats>,
+    device: &Arc<FileDevice>,
+) -> Result<(Session<CairnFs>, Unmounter), DaemonError> {
+    let settings = &request.config.fuse;
+    let adapter = || {
+        let (settings, read_only) = (settings.clone(), request.config.fs.read_only);
+        CairnFs::new(Arc::clone(core), Arc::clone(requests), settings, read_only)
+            .map_err(DaemonError::Unmount)
     };
-    let device = FileDevice::open(path, &open).map_err(|error| classify(path, error.into()))?;
-    Filesystem::needs_recovery(&device).map_err(|error| classify(path, error))
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let wanted = match settings.blkdev {
+        BlkdevMode::Never => false,
+        BlkdevMode::Always => true,
+        BlkdevMode::Auto => root && settings.fsname.is_none(),
+    };
+    let path = request.mountpoint.clone();
+    if wanted {
+        match blk_session(request, adapter()?, device) {
+            Ok(started) => return Ok(started),
+            Err(source) if settings.blkdev == BlkdevMode::Always => {
+                return Err(DaemonError::Fuse { path, source });
+            }
+            Err(error) => tracing::warn!(
+                %error,
+                "no fuseblk mount; mounting as fuse.cairn, whose umount returns before the \
+                 daemon has written everything back"
+            ),
+        }
+    }
+    let mut session = Session::new(adapter()?, &request.mountpoint, &fuse_config(request))
+        .map_err(|source| DaemonError::Fuse { path, source })?;
+    let unmounter = Unmounter::Fuse(session.unmount_callable(), request.mountpoint.clone());
+    Ok((session, unmounter))
+}
+
+/// A fuseblk mount over a loop device on `device`, and its session after the handshake.
+fn blk_session(
+    request: &MountRequest,
+    adapter: CairnFs,
+    device: &Arc<FileDevice>,
+) -> io::Result<(Session<CairnFs>, Unmounter)> {
+    let options = BlkOptions {
+        read_only: request.config.fs.read_only,
+        sector_size: device.logical_sector_size(),
+        flags: kernel_flags(request),
+        data: mount_data(request),
+        device_path: std::path::absolute(&request.device).unwrap_or_default(),
+    };
+    let (fuse, mount) = blkmount::mount(device.as_fd(), &request.mountpoint, &options)?;
+    let config = fuse_config(request);
+    match Session::from_fd(adapter, fuse, config.acl, config) {
+        Ok(session) => Ok((session, Unmounter::Blk(mount))),
+        Err(error) => {
+            // The descriptor is closed, so the kernel sends no FUSE_DESTROY to wait for.
+            let _ = mount.unmount();
+            Err(error)
+        }
+    }
+}
+
+/// `MS_*` flags of a fuseblk mount: nodev and nosuid unless asked otherwise (as fuser does
+/// for its mounts), and the flags among the options.
+fn kernel_flags(request: &MountRequest) -> libc::c_ulong {
+    let kernel = &request.config.fuse.kernel_flags;
+    let mut flags = 0;
+    if kernel.dev != Some(true) {
+        flags |= libc::MS_NODEV;
+    }
+    if kernel.suid != Some(true) {
+        flags |= libc::MS_NOSUID;
+    }
+    if kernel.exec == Some(false) {
+        flags |= libc::MS_NOEXEC;
+    }
+    if kernel.sync == Some(true) {
+        flags |= libc::MS_SYNCHRONOUS;
+    }
+    if kernel.dirsync {
+        flags |= libc::MS_DIRSYNC;
+    }
+    if request.config.fs.atime == cairn_fs::AtimeMode::Noatime {
+        flags |= libc::MS_NOATIME;
+    }
+    flags
+}
+
+/// Options of a fuseblk mount beyond the descriptor, root mode, owner and block size.
+fn mount_data(request: &MountRequest) -> Vec<String> {
+    let settings = &request.config.fuse;
+    let mut data = vec![
+        "subtype=cairn".to_string(),
+        "default_permissions".to_string(),
+    ];
+    if settings.allow_other || settings.allow_root {
+        // The kernel knows only allow_other; fuser refuses other users for allow_root.
+        data.push("allow_other".to_string());
+    }
+    data
+}
+
+/// Unmounts the core unless `FUSE_DESTROY` already did, and reports how that went.
+fn finish(core: &CoreSlot) -> Result<(), DaemonError> {
+    if let Some(fs) = core.take() {
+        fs.unmount().map_err(DaemonError::Unmount)?;
+        tracing::info!("filesystem unmounted cleanly");
+        return Ok(());
+    }
+    match core.unmounted() {
+        Unmounted::Failed(message) => Err(DaemonError::UnmountFailed(message)),
+        Unmounted::Clean | Unmounted::No => Ok(()),
+    }
 }
 
 /// A mount error with the device path and, for a busy device or something that is not
@@ -257,24 +388,6 @@ fn classify(path: &Path, error: FsError) -> DaemonError {
     }
 }
 
-/// Unmounts the filesystem core once the FUSE session, which held the other reference,
-/// has ended.
-fn unmount_filesystem(fs: Arc<Filesystem>) -> Result<(), DaemonError> {
-    match Arc::try_unwrap(fs) {
-        Ok(fs) => {
-            fs.unmount().map_err(DaemonError::Unmount)?;
-            tracing::info!("filesystem unmounted cleanly");
-            Ok(())
-        }
-        Err(fs) => {
-            // Unreachable while fuser drops the session before `run` returns; still make
-            // everything durable rather than lose it.
-            tracing::error!("filesystem still referenced at unmount; syncing instead");
-            fs.sync().map_err(DaemonError::Unmount)
-        }
-    }
-}
-
 /// The fuser session configuration of `request`.
 fn fuse_config(request: &MountRequest) -> Config {
     let settings = &request.config.fuse;
@@ -290,7 +403,7 @@ fn fuse_config(request: &MountRequest) -> Config {
     if request.config.fs.atime == cairn_fs::AtimeMode::Noatime {
         options.push(MountOption::NoAtime);
     }
-    options.extend(settings.kernel_flags.iter().cloned());
+    options.extend(settings.kernel_flags.mount_options());
     let mut config = Config::default();
     config.mount_options = options;
     config.acl = if settings.allow_other {
@@ -342,10 +455,44 @@ fn block_signals() -> libc::sigset_t {
     set
 }
 
+/// How the daemon takes its own mount down (on SIGTERM or SIGINT).
+enum Unmounter {
+    /// A plain fuse mount: fuser's unmounter, and the mount point for a lazy detach.
+    Fuse(fuser::SessionUnmounter, PathBuf),
+    /// A fuseblk mount: `umount2` waits for `FUSE_DESTROY`, which unmounts the core.
+    Blk(BlkMount),
+}
+
+impl Unmounter {
+    /// What the kernel shows as the mount's source.
+    fn source(&self) -> String {
+        match self {
+            Unmounter::Fuse(..) => "fuse".to_string(),
+            Unmounter::Blk(mount) => format!("fuseblk on {}", mount.source.display()),
+        }
+    }
+
+    fn unmount(self) {
+        match self {
+            Unmounter::Fuse(mut unmounter, mountpoint) => {
+                if let Err(error) = unmounter.unmount() {
+                    tracing::warn!(%error, "unmount refused; detaching lazily");
+                    lazy_unmount(&mountpoint);
+                }
+            }
+            Unmounter::Blk(mount) => {
+                if let Err(error) = mount.unmount() {
+                    tracing::error!(%error, "unmount failed");
+                }
+            }
+        }
+    }
+}
+
 /// Waits for a blocked signal and unmounts; the session then ends and `serve` unmounts
-/// the filesystem. A busy mount is detached lazily: it goes once its last user leaves.
-fn spawn_signal_thread(set: libc::sigset_t, mut unmounter: fuser::SessionUnmounter, at: &Path) {
-    let mountpoint = at.to_owned();
+/// the filesystem (or `FUSE_DESTROY` did). A busy mount is detached lazily: it goes once
+/// its last user leaves.
+fn spawn_signal_thread(set: libc::sigset_t, unmounter: Unmounter) {
     let spawned = std::thread::Builder::new()
         .name("cairn-signals".into())
         .spawn(move || {
@@ -355,10 +502,7 @@ fn spawn_signal_thread(set: libc::sigset_t, mut unmounter: fuser::SessionUnmount
                 return;
             }
             tracing::info!(signal, "signal received; unmounting");
-            if let Err(error) = unmounter.unmount() {
-                tracing::warn!(%error, "unmount refused; detaching lazily");
-                lazy_unmount(&mountpoint);
-            }
+            unmounter.unmount();
         });
     if let Err(error) = spawned {
         tracing::error!(%error, "no signal thread: SIGTERM will not unmount");

@@ -18,14 +18,17 @@
 //!   session ends, whether by `umount`, SIGTERM or SIGINT.
 
 pub mod adapter;
+pub mod blkmount;
 pub mod cli;
 pub mod convert;
+pub mod core;
 pub mod daemon;
 pub mod errno;
 pub mod logging;
 pub mod man;
 pub mod options;
 pub mod stats;
+pub mod watchdog;
 
 pub use adapter::CairnFs;
 pub use errno::ToErrno;

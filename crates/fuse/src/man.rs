@@ -46,11 +46,24 @@ fn mount_options_section() -> Roff {
          requests by type. They are read as the extended attribute system.cairn.stats of \
          the mount's root, so any user who can see the mount can read them.",
     )]);
+    roff.control("SH", ["UNMOUNTING"]);
+    roff.text([roman(
+        "As root, cairn mounts as fuseblk over a loop device it attaches itself, so the \
+         kernel waits for the daemon at unmount: when umount or fusermount3 -u returns, \
+         every change is on stable storage, the log is clean and the device released. \
+         Plain fuse mounts (other users, -o noblkdev, fsname=) return before the daemon \
+         has written back.",
+    )]);
     roff
 }
 
 /// Subcommands of cairn and the names of their pages.
-const SUBCOMMAND_PAGES: [(&str, &str); 2] = [("stats", "cairn-stats"), ("man", "cairn-man")];
+const SUBCOMMAND_PAGES: [(&str, &str); 4] = [
+    ("stats", "cairn-stats"),
+    ("trim", "cairn-trim"),
+    ("grow", "cairn-grow"),
+    ("man", "cairn-man"),
+];
 
 /// The pages: (file name, text). Each subcommand of cairn gets a page of its own
 /// (`cairn-stats.8`), as the SUBCOMMANDS section of cairn(8) refers to them.

@@ -32,9 +32,23 @@ pub enum OptionError {
     MissingValue(String),
 }
 
+/// Whether to mount as `fuseblk` (over a loop device), whose `umount` waits for the
+/// daemon to finish writing back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BlkdevMode {
+    /// `fuseblk` where possible (root, a loop device to be had, no `fsname=`), else `fuse`.
+    #[default]
+    Auto,
+    /// `fuseblk` or fail (`-o blkdev`).
+    Always,
+    /// Plain `fuse` (`-o noblkdev`).
+    Never,
+}
+
 /// Settings of the FUSE session.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FuseSettings {
+    pub blkdev: BlkdevMode,
     pub allow_other: bool,
     pub allow_root: bool,
     pub worker_threads: usize,
@@ -43,9 +57,43 @@ pub struct FuseSettings {
     pub max_write_bytes: u32,
     pub attr_timeout: Duration,
     pub entry_timeout: Duration,
-    /// Kernel mount flags passed through: nodev, nosuid, noexec, sync, dirsync, ...
-    pub kernel_flags: Vec<fuser::MountOption>,
+    /// Kernel mount flags passed through: nodev, nosuid, noexec, sync, dirsync.
+    pub kernel_flags: KernelFlags,
     pub fsname: Option<String>,
+}
+
+/// The generic mount flags the kernel applies. Each pair is decided by the last option
+/// naming it, as mount(8) and every kernel filesystem do (`-o suid,nosuid` is nosuid), so
+/// an fstab line and a command line that disagree mount with the command line's choice.
+/// `None` leaves fuser's default: nodev and nosuid.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelFlags {
+    pub dev: Option<bool>,
+    pub suid: Option<bool>,
+    pub exec: Option<bool>,
+    pub sync: Option<bool>,
+    pub dirsync: bool,
+}
+
+impl KernelFlags {
+    /// The flags as fuser mount options, one per decided pair.
+    pub fn mount_options(&self) -> Vec<fuser::MountOption> {
+        use fuser::MountOption as M;
+        let pairs = [
+            (self.dev, M::Dev, M::NoDev),
+            (self.suid, M::Suid, M::NoSuid),
+            (self.exec, M::Exec, M::NoExec),
+            (self.sync, M::Sync, M::Async),
+        ];
+        let mut options: Vec<M> = pairs
+            .into_iter()
+            .filter_map(|(set, on, off)| set.map(|on_wanted| if on_wanted { on } else { off }))
+            .collect();
+        if self.dirsync {
+            options.push(M::DirSync);
+        }
+        options
+    }
 }
 
 /// Everything a mount needs, parsed from `-o` and the command line.
@@ -63,6 +111,7 @@ impl Default for MountConfig {
         Self {
             fs: MountOptions::default(),
             fuse: FuseSettings {
+                blkdev: BlkdevMode::Auto,
                 allow_other: false,
                 allow_root: false,
                 worker_threads: cores.clamp(1, THREADS_DEFAULT_MAX),
@@ -71,7 +120,7 @@ impl Default for MountConfig {
                 max_write_bytes: MAX_WRITE_DEFAULT_BYTES,
                 attr_timeout: TIMEOUT_DEFAULT,
                 entry_timeout: TIMEOUT_DEFAULT,
-                kernel_flags: Vec::new(),
+                kernel_flags: KernelFlags::default(),
                 fsname: None,
             },
             log_file: None,
@@ -80,9 +129,21 @@ impl Default for MountConfig {
 }
 
 /// Options mount(8), fstab and mount.fuse3 may pass that mean nothing to the daemon.
-const IGNORED: [&str; 12] = [
-    "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "nofail", "_netdev", "async",
-    "loop", "lazytime",
+const IGNORED: [&str; 14] = [
+    "defaults",
+    "auto",
+    "noauto",
+    "user",
+    "nouser",
+    "users",
+    "owner",
+    "nofail",
+    "_netdev",
+    "loop",
+    "lazytime",
+    "nolazytime",
+    "diratime",
+    "nodiratime",
 ];
 
 /// Options that take a value.
@@ -136,11 +197,15 @@ impl MountConfig {
         match name {
             "ro" => self.fs.read_only = true,
             "rw" => self.fs.read_only = false,
-            "noatime" | "nodiratime" => self.fs.atime = AtimeMode::Noatime,
-            "relatime" => self.fs.atime = AtimeMode::Relatime,
-            "strictatime" | "atime" => self.fs.atime = AtimeMode::Strict,
+            "noatime" => self.fs.atime = AtimeMode::Noatime,
+            "relatime" | "atime" => self.fs.atime = AtimeMode::Relatime,
+            "strictatime" => self.fs.atime = AtimeMode::Strict,
             "recover" => self.fs.recover_read_only = true,
             "buffered" => self.fs.buffered = true,
+            "discard" => self.fs.discard = true,
+            "nodiscard" => self.fs.discard = false,
+            "blkdev" => fuse.blkdev = BlkdevMode::Always,
+            "noblkdev" => fuse.blkdev = BlkdevMode::Never,
             "allow_other" => fuse.allow_other = true,
             "allow_root" => fuse.allow_root = true,
             // Always on: the kernel checks permissions from the attributes this daemon
@@ -150,14 +215,11 @@ impl MountConfig {
             "no_writeback_cache" => fuse.writeback_cache = false,
             "clone_fd" => fuse.clone_fd = true,
             "noclone_fd" => fuse.clone_fd = false,
-            "nodev" => fuse.kernel_flags.push(fuser::MountOption::NoDev),
-            "dev" => fuse.kernel_flags.push(fuser::MountOption::Dev),
-            "nosuid" => fuse.kernel_flags.push(fuser::MountOption::NoSuid),
-            "suid" => fuse.kernel_flags.push(fuser::MountOption::Suid),
-            "noexec" => fuse.kernel_flags.push(fuser::MountOption::NoExec),
-            "exec" => fuse.kernel_flags.push(fuser::MountOption::Exec),
-            "sync" => fuse.kernel_flags.push(fuser::MountOption::Sync),
-            "dirsync" => fuse.kernel_flags.push(fuser::MountOption::DirSync),
+            "dev" | "nodev" => fuse.kernel_flags.dev = Some(name == "dev"),
+            "suid" | "nosuid" => fuse.kernel_flags.suid = Some(name == "suid"),
+            "exec" | "noexec" => fuse.kernel_flags.exec = Some(name == "exec"),
+            "sync" | "async" => fuse.kernel_flags.sync = Some(name == "sync"),
+            "dirsync" => fuse.kernel_flags.dirsync = true,
             _ if IGNORED.contains(&name) || name.starts_with("x-") => {}
             _ => return Ok(false),
         }
@@ -275,16 +337,26 @@ pub const OPTION_HELP: &[(&str, &str)] = &[
     ),
     ("logfile=PATH", "background log to PATH instead of syslog"),
     (
+        "discard / nodiscard",
+        "give freed extents back to the device (hole punch, BLKDISCARD) once their free \
+         is durable (default nodiscard; cairn trim does it on demand)",
+    ),
+    (
+        "blkdev / noblkdev",
+        "fuseblk mount over a loop device, whose umount waits for the write-back \
+         (default when root; falls back to fuse) / plain fuse mount",
+    ),
+    (
         "fsname=NAME",
-        "source name shown in /proc/mounts (default: the device path)",
+        "source name shown in /proc/mounts (a plain fuse mount; default: the device path)",
     ),
     (
-        "nodev, nosuid, noexec, sync, dirsync, ...",
-        "passed to the kernel",
+        "dev/nodev, suid/nosuid, exec/noexec, sync/async, dirsync",
+        "passed to the kernel; the last of a pair wins (default nodev, nosuid)",
     ),
     (
-        "defaults, auto, noauto, user, nofail, _netdev, x-*",
-        "fstab options, ignored",
+        "defaults, auto, noauto, user, nofail, _netdev, lazytime, [no]diratime, x-*",
+        "fstab and generic options, accepted and ignored",
     ),
 ];
 
@@ -318,7 +390,42 @@ mod tests {
         assert_eq!(config.fuse.worker_threads, 2);
         assert_eq!(config.fuse.max_write_bytes, 512 << 10);
         assert_eq!(config.fuse.attr_timeout, Duration::from_millis(500));
-        assert_eq!(config.fuse.kernel_flags, vec![fuser::MountOption::NoDev]);
+        assert_eq!(
+            config.fuse.kernel_flags.mount_options(),
+            vec![fuser::MountOption::NoDev]
+        );
+        assert_eq!(config.fuse.blkdev, BlkdevMode::Auto);
+        assert!(!config.fs.discard);
+        assert!(MountConfig::parse(["discard"]).unwrap().fs.discard);
+        let never = MountConfig::parse(["noblkdev"]).unwrap();
+        assert_eq!(never.fuse.blkdev, BlkdevMode::Never);
+        assert_eq!(
+            MountConfig::parse(["blkdev"]).unwrap().fuse.blkdev,
+            BlkdevMode::Always
+        );
+    }
+
+    // Later options override earlier ones, across -o lists too (fstab then command line).
+    #[test]
+    fn later_options_override_earlier_ones() {
+        use fuser::MountOption as M;
+        let config = MountConfig::parse([
+            "allow_other,default_permissions,dev,suid,exec,sync,rw,noatime",
+            "nosuid,nodev,dev,noexec,async,ro,strictatime,relatime",
+        ])
+        .unwrap();
+        assert_eq!(
+            config.fuse.kernel_flags.mount_options(),
+            vec![M::Dev, M::NoSuid, M::NoExec, M::Async]
+        );
+        assert!(config.fs.read_only);
+        assert_eq!(config.fs.atime, AtimeMode::Relatime);
+        let config = MountConfig::parse(["ro,noatime,nosuid", "rw,atime,suid"]).unwrap();
+        assert!(!config.fs.read_only);
+        assert_eq!(config.fs.atime, AtimeMode::Relatime);
+        assert_eq!(config.fuse.kernel_flags.mount_options(), vec![M::Suid]);
+        let config = MountConfig::parse(["noatime,nodiratime,lazytime"]).unwrap();
+        assert_eq!(config.fs.atime, AtimeMode::Noatime);
     }
 
     // Unknown names, bad values and missing values are refused with the option named.

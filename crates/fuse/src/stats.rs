@@ -7,8 +7,8 @@
 //! can read it; no socket or extra file is involved.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use cairn_fs::FsStats;
 
@@ -53,10 +53,54 @@ struct OpSlot {
     max_ns: AtomicU64,
 }
 
-/// Counters for every request type.
+/// Requests tracked in flight at once: one slot per serving thread (each serves one request
+/// at a time); threads past this many go untracked.
+const FLIGHT_SLOTS: usize = 64;
+
+/// The request one thread is serving, on a cache line of its own.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct FlightSlot {
+    /// When the request arrived, in nanoseconds since the statistics began, plus one; 0 while
+    /// the thread is idle.
+    since_ns: AtomicU64,
+    op: AtomicUsize,
+    node: AtomicU64,
+    /// The hang watchdog has reported this request.
+    reported: AtomicBool,
+}
+
+impl FlightSlot {
+    /// The request in this slot at `now_ns` (the statistics' clock), if any.
+    fn read(&self, now_ns: u64) -> Option<InFlight> {
+        let since_ns = self.since_ns.load(Ordering::Acquire);
+        (since_ns != 0).then(|| InFlight {
+            name: OP_NAMES
+                .get(self.op.load(Ordering::Relaxed))
+                .copied()
+                .unwrap_or("?"),
+            node: self.node.load(Ordering::Relaxed),
+            age: Duration::from_nanos(now_ns.saturating_sub(since_ns)),
+            reported: self.reported.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// A request that has been served for a while, as `in_flight` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InFlight {
+    pub name: &'static str,
+    pub node: u64,
+    pub age: Duration,
+    /// Reported by an earlier `take_unreported_older_than`.
+    pub reported: bool,
+}
+
+/// Counters for every request type, and the requests in flight.
 #[derive(Debug)]
 pub struct RequestStats {
     slots: [OpSlot; OP_COUNT],
+    flights: [FlightSlot; FLIGHT_SLOTS],
     started: Instant,
 }
 
@@ -64,9 +108,19 @@ impl Default for RequestStats {
     fn default() -> Self {
         Self {
             slots: std::array::from_fn(|_| OpSlot::default()),
+            flights: std::array::from_fn(|_| FlightSlot::default()),
             started: Instant::now(),
         }
     }
+}
+
+/// This thread's flight slot index (threads are numbered as they first serve a request).
+fn thread_flight_slot() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    SLOT.with(|slot| *slot)
 }
 
 /// A snapshot of one request type's counters.
@@ -79,10 +133,11 @@ pub struct OpSnapshot {
     pub max_ns: u64,
 }
 
-/// Measures one request from creation to drop.
+/// Measures one request from creation to drop, and shows it in flight meanwhile.
 #[derive(Debug)]
 pub struct Timer<'a> {
     slot: &'a OpSlot,
+    flight: Option<&'a FlightSlot>,
     start: Instant,
 }
 
@@ -92,16 +147,59 @@ impl Drop for Timer<'_> {
         self.slot.count.fetch_add(1, Ordering::Relaxed);
         self.slot.total_ns.fetch_add(elapsed_ns, Ordering::Relaxed);
         self.slot.max_ns.fetch_max(elapsed_ns, Ordering::Relaxed);
+        if let Some(flight) = self.flight {
+            flight.since_ns.store(0, Ordering::Release);
+        }
     }
 }
 
 impl RequestStats {
-    /// Starts timing a request of type `op`.
-    pub fn start(&self, op: Op) -> Timer<'_> {
+    /// Starts timing a request of type `op` on FUSE node `node`.
+    pub fn start(&self, op: Op, node: u64) -> Timer<'_> {
+        let start = Instant::now();
+        let since_ns = start.duration_since(self.started).as_nanos() as u64 + 1;
+        // Only this thread writes its slot; the release orders the request's fields before
+        // `since_ns` for the readers, which skip a slot whose `since_ns` is 0.
+        let flight = self
+            .flights
+            .get(thread_flight_slot())
+            .filter(|flight| flight.since_ns.load(Ordering::Relaxed) == 0);
+        if let Some(flight) = flight {
+            flight.op.store(op as usize, Ordering::Relaxed);
+            flight.node.store(node, Ordering::Relaxed);
+            flight.reported.store(false, Ordering::Relaxed);
+            flight.since_ns.store(since_ns, Ordering::Release);
+        }
         Timer {
             slot: &self.slots[op as usize],
-            start: Instant::now(),
+            flight,
+            start,
         }
+    }
+
+    /// The requests in flight, oldest first.
+    pub fn in_flight(&self) -> Vec<InFlight> {
+        let now_ns = self.started.elapsed().as_nanos() as u64 + 1;
+        let mut out: Vec<InFlight> = self
+            .flights
+            .iter()
+            .filter_map(|flight| flight.read(now_ns))
+            .collect();
+        out.sort_by_key(|flight| std::cmp::Reverse(flight.age));
+        out
+    }
+
+    /// The requests in flight for longer than `limit` not reported before, marked reported.
+    pub fn take_unreported_older_than(&self, limit: Duration) -> Vec<InFlight> {
+        let now_ns = self.started.elapsed().as_nanos() as u64 + 1;
+        self.flights
+            .iter()
+            .filter_map(|flight| {
+                let found = flight.read(now_ns)?;
+                let due = found.age >= limit && !flight.reported.swap(true, Ordering::Relaxed);
+                due.then_some(found)
+            })
+            .collect()
     }
 
     /// Counts a failed request of type `op`.
@@ -145,6 +243,23 @@ pub fn render(fs: &FsStats, requests: &RequestStats) -> String {
     section(&mut out, "alloc", &format!("{:#?}", fs.alloc));
     section(&mut out, "data", &format!("{:#?}", fs.data));
     section(&mut out, "extcache", &format!("{:#?}", fs.extcache));
+    let flying = requests.in_flight();
+    let _ = writeln!(out, "[fuse in flight]");
+    let _ = writeln!(out, "  requests: {}", flying.len());
+    if let Some(oldest) = flying.first() {
+        let _ = writeln!(
+            out,
+            "  oldest: {} on node {} for {:.3} s",
+            oldest.name,
+            oldest.node,
+            oldest.age.as_secs_f64()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  lock_cycle_detector: {}",
+        cairn_lockrank::DETECTOR_ENABLED
+    );
     let _ = writeln!(out, "[fuse requests]");
     let _ = writeln!(
         out,
@@ -188,9 +303,9 @@ mod tests {
     fn timers_count_per_request_type() {
         let stats = RequestStats::default();
         for _ in 0..3 {
-            let _timer = stats.start(Op::Lookup);
+            let _timer = stats.start(Op::Lookup, 1);
         }
-        drop(stats.start(Op::Write));
+        drop(stats.start(Op::Write, 1));
         stats.error(Op::Write);
         let snapshot = stats.snapshot();
         let lookup = snapshot.iter().find(|op| op.name == "lookup").unwrap();
@@ -248,5 +363,38 @@ mod tests {
             &format!("{:#?}", Sample { hits: 5, misses: 2 }),
         );
         assert_eq!(out, "[cache]\n  hits: 5\n  misses: 2\n");
+    }
+
+    // A request shows in flight while its timer lives, oldest first; the watchdog's take
+    // reports each one once.
+    #[test]
+    fn requests_in_flight_are_seen_and_reported_once() {
+        let stats = RequestStats::default();
+        assert!(stats.in_flight().is_empty());
+        let timer = stats.start(Op::Fsync, 42);
+        let flying = stats.in_flight();
+        assert_eq!(flying.len(), 1);
+        assert_eq!((flying[0].name, flying[0].node), ("fsync", 42));
+        assert!(
+            stats
+                .take_unreported_older_than(Duration::from_secs(3600))
+                .is_empty()
+        );
+        let taken = stats.take_unreported_older_than(Duration::ZERO);
+        assert_eq!(taken.len(), 1);
+        assert!(stats.take_unreported_older_than(Duration::ZERO).is_empty());
+        assert!(stats.in_flight()[0].reported);
+        let other = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let _second = stats.start(Op::Lookup, 7);
+                    stats.in_flight().len()
+                })
+                .join()
+                .unwrap()
+        });
+        assert_eq!(other, 2, "each thread has its own slot");
+        drop(timer);
+        assert!(stats.in_flight().is_empty());
     }
 }

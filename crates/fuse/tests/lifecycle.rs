@@ -1,4 +1,4 @@
-//! How the daemon starts and stops: `mount -t fuse.cairn`, an fstab line, SIGTERM, and
+//! How the daemon starts and stops: `mount -t fuse.NAME`, an fstab line, SIGTERM, and
 //! SIGKILL in the middle of a workload followed by recovery.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -12,41 +12,11 @@ use std::time::Duration;
 
 use common::{Mount, Scratch, fsck, is_mounted, wait_exit};
 
-/// Where the link to the built `cairn` goes: mount(8) drops PATH from the environment of
-/// its helpers, and mount.fuse3 runs `cairn` through /bin/sh with the default PATH.
-const HELPER_LINK: &str = "/usr/local/sbin/cairn";
-
-/// A symlink from `HELPER_LINK` to the built binary, removed on drop.
-struct HelperLink;
-
-impl HelperLink {
-    /// Links the built binary; `None` (with the reason printed) when a real file is there.
-    fn new() -> Option<HelperLink> {
-        let link = Path::new(HELPER_LINK);
-        match fs::symlink_metadata(link) {
-            Ok(meta) if !meta.file_type().is_symlink() => {
-                eprintln!("skipped: {HELPER_LINK} is an installed cairn, not ours to replace");
-                return None;
-            }
-            Ok(_) => fs::remove_file(link).unwrap(),
-            Err(_) => fs::create_dir_all(link.parent().unwrap()).unwrap(),
-        }
-        std::os::unix::fs::symlink(common::cairn_bin(), link).unwrap();
-        Some(HelperLink)
-    }
-}
-
-impl Drop for HelperLink {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(HELPER_LINK);
-    }
-}
-
 fn mount_command(args: &[&str]) -> std::process::Output {
     Command::new("mount").args(args).output().unwrap()
 }
 
-// `mount -t fuse.cairn` and an fstab line (through `mount -T FSTAB`) both mount with
+// `mount -t fuse.NAME` and an fstab line (through `mount -T FSTAB`) both mount with
 // options, and umount leaves a clean filesystem.
 #[test]
 fn mount_helper_and_fstab() {
@@ -54,30 +24,37 @@ fn mount_helper_and_fstab() {
         eprintln!("skipped: mount.fuse3 (package fuse3) is not installed");
         return;
     }
-    let Some(_link) = HelperLink::new() else {
-        return;
-    };
+    // mount.fuse3 runs the program a `fuse.NAME` type names, found in the default PATH
+    // (mount(8) drops PATH from its helpers' environment): a private name for the built
+    // binary, so concurrent runs from other checkouts cannot swap it for their build.
+    let helper = common::HelperName::new();
+    let kind = format!("fuse.{}", helper.name);
     let scratch = Scratch::new();
     let image = scratch.format("128M");
     let mnt = scratch.mountpoint();
     let (image_arg, mnt_arg) = (image.to_str().unwrap(), mnt.to_str().unwrap());
-    let output = mount_command(&["-t", "fuse.cairn", "-o", "noatime", image_arg, mnt_arg]);
-    assert!(output.status.success(), "mount -t fuse.cairn: {output:?}");
+    let output = mount_command(&["-t", &kind, "-o", "noatime", image_arg, mnt_arg]);
+    assert!(output.status.success(), "mount -t {kind}: {output:?}");
     let mount = Mount::adopt(&image, &mnt);
     let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+    // Root's mounts are fuseblk (over a loop device), so that umount waits for the daemon.
     assert!(
-        mounts.contains(&format!("{mnt_arg} fuse.cairn")),
+        mounts.contains(&format!("{mnt_arg} fuseblk.cairn")),
         "{mounts}"
     );
     fs::write(mount.path("via-helper"), b"1").unwrap();
     mount.unmount();
     assert_eq!(fsck(&image), 0);
     let fstab = scratch.dir.path().join("fstab");
-    let line = format!("{image_arg} {mnt_arg} fuse.cairn defaults,noauto,logmode=sync 0 0\n");
+    let line = format!("{image_arg} {mnt_arg} {kind} defaults,noauto,logmode=sync,dev,suid 0 0\n");
     fs::write(&fstab, line).unwrap();
-    let output = mount_command(&["-T", fstab.to_str().unwrap(), mnt_arg]);
+    // The command line's nosuid overrides the fstab line's suid (issue 19, item 6).
+    let output = mount_command(&["-T", fstab.to_str().unwrap(), "-o", "nosuid", mnt_arg]);
     assert!(output.status.success(), "mount from fstab: {output:?}");
     let mount = Mount::adopt(&image, &mnt);
+    let flags = common::mount_flags(&mnt);
+    assert!(flags.contains(&"nosuid".to_string()), "{flags:?}");
+    assert!(!flags.contains(&"nodev".to_string()), "{flags:?}");
     assert_eq!(fs::read(mount.path("via-helper")).unwrap(), b"1");
     mount.unmount();
     assert_eq!(fsck(&image), 0);

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use cairn_blockdev::BlockDevice;
 use cairn_bufcache::{BufCacheError, BufKey, BufferCache, ReadSpec};
 use cairn_format::{Geometry, InodeNumber, Lsn, Superblock};
-use parking_lot::{Condvar, Mutex};
+use cairn_lockrank::{Mutex, Rank};
+use parking_lot::Condvar;
 
 use crate::JournalError;
 use crate::ail::{Ail, AilItem};
@@ -64,7 +65,41 @@ pub(crate) struct Inner {
     shutdown: Mutex<Option<String>>,
     worker: Mutex<WorkerState>,
     worker_wake: Condvar,
+    /// Called with the sequence of each checkpoint once it is durable (`on_completion`).
+    completion_hook: HookSlot,
     pub(crate) stats: Stats,
+}
+
+/// Forces the log from another thread; see `Journal::force_handle`.
+#[derive(Debug, Clone)]
+pub struct ForceHandle(Arc<Inner>);
+
+impl ForceHandle {
+    /// Makes every commit up to `sequence` durable (as `Journal::force`), but no further
+    /// than the current context: a sequence not yet begun would never complete.
+    pub fn force(&self, sequence: CommitSequence) -> Result<(), JournalError> {
+        let current = self.0.cil.lock().sequence();
+        self.0.force(sequence.0.min(current))
+    }
+}
+
+/// What `Journal::on_completion` registers.
+pub type CompletionHook = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// The registered hook, if any (a leaf lock: the hook is cloned out before it runs).
+struct HookSlot(Mutex<Option<CompletionHook>>);
+
+impl Default for HookSlot {
+    fn default() -> Self {
+        Self(Mutex::new(Rank::Leaf, None))
+    }
+}
+
+impl std::fmt::Debug for HookSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = self.0.lock().is_some();
+        f.debug_struct("HookSlot").field("set", &set).finish()
+    }
 }
 
 /// The journal of one filesystem; see the crate documentation.
@@ -138,26 +173,30 @@ impl Journal {
             config,
             push_threshold: config.push_threshold(layout.log_bytes()),
             cluster_spec: ReadSpec::new(spec.ops, uuid),
-            cil: Mutex::new(Cil::new(sequence)),
+            cil: Mutex::new(Rank::JournalCil, Cil::new(sequence)),
             cil_switched: Condvar::new(),
-            writer: Mutex::new(Writer {
-                head: recovered.head,
-                prev_lsn: recovered.prev_lsn,
-                next_data_sequence: sequence,
-                next_commit_sequence: sequence,
-            }),
+            writer: Mutex::new(
+                Rank::JournalWriter,
+                Writer {
+                    head: recovered.head,
+                    prev_lsn: recovered.prev_lsn,
+                    next_data_sequence: sequence,
+                    next_commit_sequence: sequence,
+                },
+            ),
             writer_turn: Condvar::new(),
-            ail: Mutex::new(Ail::default()),
-            push_lock: Mutex::new(()),
-            space: Mutex::new(space),
+            ail: Mutex::new(Rank::JournalAil, Ail::default()),
+            push_lock: Mutex::new(Rank::JournalPush, ()),
+            space: Mutex::new(Rank::JournalSpace, space),
             space_changed: Condvar::new(),
-            completed: Mutex::new(sequence - 1),
+            completed: Mutex::new(Rank::JournalCompleted, sequence - 1),
             completed_changed: Condvar::new(),
             next_intent: AtomicU64::new(recovered.next_intent),
-            sync_commit: Mutex::new(()),
-            shutdown: Mutex::new(None),
-            worker: Mutex::new(WorkerState::default()),
+            sync_commit: Mutex::new(Rank::JournalSyncCommit, ()),
+            shutdown: Mutex::new(Rank::JournalState, None),
+            worker: Mutex::new(Rank::JournalState, WorkerState::default()),
             worker_wake: Condvar::new(),
+            completion_hook: HookSlot::default(),
             stats: Stats::default(),
         });
         let report = recovered.report;
@@ -170,8 +209,11 @@ impl Journal {
     }
 
     /// Starts a transaction holding `reservation` log bytes; waits (pushing the CIL and the
-    /// AIL) while the log is short of space.
+    /// AIL) while the log is short of space. The caller must hold no buffer: a held buffer
+    /// may pin the log's tail, and the wait would never end (checked in debug builds).
+    #[track_caller]
     pub fn begin(&self, reservation: Reservation) -> Result<Transaction<'_>, JournalError> {
+        cairn_lockrank::check_may_wait(cairn_lockrank::Rank::LogSpace);
         self.inner.reserve(reservation)?;
         bump(&self.inner.stats.transactions, 1);
         Ok(Transaction::new(self, reservation))
@@ -187,6 +229,21 @@ impl Journal {
     pub fn force_all(&self) -> Result<(), JournalError> {
         let current = self.inner.cil.lock().sequence();
         self.inner.force(current)
+    }
+
+    /// Registers `hook`, called with a checkpoint's sequence each time one becomes durable
+    /// (what online discard waits for: the frees it commits can no longer be undone). It
+    /// runs on whichever thread completed the checkpoint, with no journal lock held, but
+    /// possibly inside a log force of a caller holding buffer or allocator locks: it must
+    /// not take those, nor wait for the journal. Replaces any earlier hook.
+    pub fn on_completion(&self, hook: CompletionHook) {
+        *self.inner.completion_hook.0.lock() = Some(hook);
+    }
+
+    /// A handle that can force the log from another thread (the discard thread, which
+    /// holds no lock). It must not be used once `unmount` has begun.
+    pub fn force_handle(&self) -> ForceHandle {
+        ForceHandle(Arc::clone(&self.inner))
     }
 
     /// Every commit whose sequence is at most this is on stable storage.
@@ -407,7 +464,7 @@ impl Inner {
                 }
                 if space.serving_ticket != ticket {
                     let slice = Duration::from_millis(WAIT_SLICE_MS);
-                    self.space_changed.wait_for(&mut space, slice);
+                    space.wait_for(&self.space_changed, slice);
                     continue;
                 }
             }
@@ -435,7 +492,7 @@ impl Inner {
         } else {
             let mut space = self.space.lock();
             let slice = Duration::from_millis(WAIT_SLICE_MS);
-            self.space_changed.wait_for(&mut space, slice);
+            space.wait_for(&self.space_changed, slice);
         }
         Ok(())
     }
@@ -466,8 +523,7 @@ impl Inner {
         let mut cil = self.cil.lock();
         while cil.sequence() == sequence {
             self.check_shutdown()?;
-            self.cil_switched
-                .wait_for(&mut cil, Duration::from_millis(WAIT_SLICE_MS));
+            cil.wait_for(&self.cil_switched, Duration::from_millis(WAIT_SLICE_MS));
         }
         Ok(())
     }
@@ -486,8 +542,10 @@ impl Inner {
         let mut completed = self.completed.lock();
         while *completed < sequence {
             self.check_shutdown()?;
-            self.completed_changed
-                .wait_for(&mut completed, Duration::from_millis(WAIT_SLICE_MS));
+            completed.wait_for(
+                &self.completed_changed,
+                Duration::from_millis(WAIT_SLICE_MS),
+            );
         }
         Ok(())
     }
@@ -528,8 +586,7 @@ impl Inner {
         let mut writer = self.writer.lock();
         while writer.next_commit_sequence < context.sequence {
             self.check_shutdown()?;
-            self.writer_turn
-                .wait_for(&mut writer, Duration::from_millis(WAIT_SLICE_MS));
+            writer.wait_for(&self.writer_turn, Duration::from_millis(WAIT_SLICE_MS));
         }
         drop(writer);
         let finished = match data {
@@ -546,6 +603,10 @@ impl Inner {
         *completed = (*completed).max(context.sequence);
         drop(completed);
         self.completed_changed.notify_all();
+        let hook = self.completion_hook.0.lock().clone();
+        if let Some(hook) = hook {
+            hook(context.sequence);
+        }
         Ok(())
     }
 
@@ -562,8 +623,7 @@ impl Inner {
             || sequence >= writer.next_commit_sequence + CHECKPOINTS_IN_FLIGHT_MAX
         {
             self.check_shutdown()?;
-            self.writer_turn
-                .wait_for(&mut writer, Duration::from_millis(WAIT_SLICE_MS));
+            writer.wait_for(&self.writer_turn, Duration::from_millis(WAIT_SLICE_MS));
         }
         debug_assert_eq!(writer.next_data_sequence, sequence, "data turn");
         let result = match items.is_empty() {
@@ -894,8 +954,7 @@ impl Inner {
             {
                 let mut state = self.worker.lock();
                 if !state.stop && !state.kicked {
-                    self.worker_wake
-                        .wait_for(&mut state, interval.min(Duration::from_millis(100)));
+                    state.wait_for(&self.worker_wake, interval.min(Duration::from_millis(100)));
                 }
                 if state.stop {
                     return;

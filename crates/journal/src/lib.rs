@@ -43,7 +43,7 @@ pub use config::{
 pub use error::JournalError;
 pub use inode_ops::{InodeClusterOps, inode_cluster_ops, inode_cluster_spec};
 pub use item::{CommitSequence, IntentId};
-pub use journal::Journal;
+pub use journal::{CompletionHook, ForceHandle, Journal};
 pub use recovery::{PendingIntent, RecoveryReport};
 pub use reservation::{Reservation, buffer_item_bytes_max, checkpoint_bytes_max, inode_item_bytes};
 pub use stats::JournalStats;

@@ -5,7 +5,8 @@
 
 use cairn_blockdev::{AlignedBuf, BlockDevice};
 use cairn_format::log::{
-    LOG_FLAG_UNMOUNT, LOG_RECORD_HEADER_BYTES, LogRecordHeader, log_header_crc,
+    LOG_FLAG_UNMOUNT, LOG_RECORD_HEADER_BYTES, LogItem, LogRecordHeader, decode_log_items,
+    decode_log_record, log_header_crc,
 };
 use cairn_format::{Lsn, OnDisk};
 
@@ -40,8 +41,9 @@ pub(crate) fn needs_replay(
     window.record_named(next, Some(newest.lsn))
 }
 
-/// Log blocks `first..first + held` read from the device.
-struct LogWindow<'d> {
+/// Log blocks `first..first + held` read from the device: the only part of the log a check
+/// or a recovery holds at a time (plus one record larger than the window).
+pub(crate) struct LogWindow<'d> {
     device: &'d dyn BlockDevice,
     layout: &'d Layout,
     first: u64,
@@ -50,7 +52,7 @@ struct LogWindow<'d> {
 }
 
 impl<'d> LogWindow<'d> {
-    fn new(device: &'d dyn BlockDevice, layout: &'d Layout) -> Self {
+    pub(crate) fn new(device: &'d dyn BlockDevice, layout: &'d Layout) -> Self {
         Self {
             device,
             layout,
@@ -61,7 +63,7 @@ impl<'d> LogWindow<'d> {
     }
 
     /// The valid record with the highest LSN (found as `recovery` finds it).
-    fn newest_record(&mut self) -> Result<Option<LogRecordHeader>, JournalError> {
+    pub(crate) fn newest_record(&mut self) -> Result<Option<LogRecordHeader>, JournalError> {
         let mut newest: Option<LogRecordHeader> = None;
         let mut at = 0;
         while at < self.layout.log_blocks {
@@ -90,7 +92,7 @@ impl<'d> LogWindow<'d> {
     }
 
     /// The record at log block `at` if it is valid (see `recovery::record_here`).
-    fn record_at(&mut self, at: u64) -> Result<Option<LogRecordHeader>, JournalError> {
+    pub(crate) fn record_at(&mut self, at: u64) -> Result<Option<LogRecordHeader>, JournalError> {
         self.hold(at, 1)?;
         let raw = self.bytes(at);
         let head = &raw[..LOG_RECORD_HEADER_BYTES];
@@ -107,6 +109,24 @@ impl<'d> LogWindow<'d> {
         }
         self.hold(at, blocks)?;
         Ok(record_here(self.bytes(at), self.layout, at))
+    }
+
+    /// The items of the valid record at log block `at` (found before by `record_at`).
+    pub(crate) fn items_at(&mut self, at: u64) -> Result<Vec<LogItem>, JournalError> {
+        let lsn = self.layout.lsn(Position {
+            cycle: 0,
+            block: at,
+        });
+        let corrupt = |why: String| JournalError::CorruptLog { lsn, why };
+        let Some(header) = self.record_at(at)? else {
+            return Err(corrupt("a record read before no longer verifies".into()));
+        };
+        let corrupt = |why: String| JournalError::CorruptLog {
+            lsn: header.lsn,
+            why,
+        };
+        let (_, payload) = decode_log_record(self.bytes(at)).map_err(|e| corrupt(e.to_string()))?;
+        decode_log_items(payload, header.op_count).map_err(|e| corrupt(e.to_string()))
     }
 
     /// The held bytes from log block `at` on.

@@ -8,14 +8,14 @@ use std::collections::{BTreeMap, HashMap};
 use cairn_blockdev::{AlignedBuf, BlockDevice};
 use cairn_format::header::HEADER_SIZE;
 use cairn_format::log::{
-    FreeExtent, InodeCreate, LOG_FLAG_UNMOUNT, LogItem, LogRecordHeader, decode_log_items,
-    decode_log_record,
+    FreeExtent, InodeCreate, LOG_FLAG_UNMOUNT, LogItem, LogRecordHeader, decode_log_record,
 };
 use cairn_format::{FsBlock, Geometry, InodeNumber, Lsn, MetaHeader, MetaKind, OnDisk};
 
 use crate::JournalError;
 use crate::inode_ops::{create_fits, write_free_inode};
 use crate::item::IntentId;
+use crate::log_scan::LogWindow;
 use crate::writer::{Layout, Position};
 
 /// An extent-free intent whose done item never reached the log: the allocator must finish it.
@@ -54,71 +54,68 @@ pub(crate) struct Recovered {
     pub(crate) next_intent: u64,
 }
 
-/// One record found in the log image.
-#[derive(Debug, Clone)]
-struct Found {
-    at: u64,
-    byte_start: usize,
-    header: LogRecordHeader,
-}
+/// Bytes of replayed home blocks held in memory before they are written back: replay never
+/// holds more than this plus one block, whatever the size of the log. At most an eighth of
+/// the log, so that small logs (the tests') write blocks back mid-replay too.
+const REPLAY_HELD_BYTES_MAX: usize = 16 << 20;
 
+/// One checkpoint as the scan found it: where its records are and what replay must know
+/// before applying it, without its items (they are read again, a record at a time).
 #[derive(Debug, Default)]
 struct Checkpoint {
     sequence: u64,
+    /// LSN of its first record: the LSN its items carry.
     lsn: Lsn,
     started: bool,
     committed: bool,
-    items: Vec<LogItem>,
+    /// Log blocks of its records that hold items, in log order.
+    records: Vec<u64>,
+    /// Its cancel records: (block, index of the item in the checkpoint).
+    cancels: Vec<(u64, usize)>,
+    /// Items seen so far (start and commit items not counted).
+    items: usize,
 }
 
-/// Reads the whole log, finds its head and tail, and replays it onto `device`.
+/// Finds the log's head and tail and replays it onto `device`, reading the log through a
+/// bounded window (`LogWindow`): the log can be hundreds of MiB, and recovery holds only
+/// the record headers of the walk, one record's items and at most `REPLAY_HELD_BYTES_MAX`
+/// of home blocks at a time.
 pub(crate) fn recover(
     device: &dyn BlockDevice,
     layout: &Layout,
     geometry: &Geometry,
 ) -> Result<Recovered, JournalError> {
-    let mut image = AlignedBuf::zeroed(layout.log_bytes() as usize);
-    device
-        .read_at(layout.start_byte, &mut image)
-        .map_err(|source| JournalError::device("log read", layout.start_byte, source))?;
-    let Some(newest) = newest_record(&image, layout) else {
+    let mut window = LogWindow::new(device, layout);
+    let Some(newest) = window.newest_record()? else {
         return Ok(empty_log());
     };
-    let walk = walk(&image, layout, newest.header.tail_lsn);
+    let walk = walk(&mut window, layout, newest.tail_lsn)?;
     let mut report = RecoveryReport {
-        tail: newest.header.tail_lsn,
+        tail: newest.tail_lsn,
         records: walk.len() as u64,
         ..RecoveryReport::default()
     };
     let (head, prev_lsn) = match walk.last() {
         Some(last) => {
-            let blocks = layout.record_blocks(u64::from(last.header.payload_bytes));
-            let at = layout.position(last.header.lsn);
-            (layout.advance(at, blocks), last.header.lsn)
+            let blocks = layout.record_blocks(u64::from(last.payload_bytes));
+            (layout.advance(layout.position(last.lsn), blocks), last.lsn)
         }
-        None => (layout.position(newest.header.tail_lsn), Lsn::ZERO),
+        None => (layout.position(newest.tail_lsn), Lsn::ZERO),
     };
     report.head = layout.lsn(head);
-    report.clean = walk.last().is_some_and(|last| {
-        last.header.flags & LOG_FLAG_UNMOUNT != 0 && last.header.tail_lsn == last.header.lsn
-    }) && walk.len() == 1;
-    let checkpoints = group(&image, &walk)?;
+    report.clean = walk
+        .last()
+        .is_some_and(|last| last.flags & LOG_FLAG_UNMOUNT != 0 && last.tail_lsn == last.lsn)
+        && walk.len() == 1;
+    let (checkpoints, max_intent) = scan(&mut window, layout, &walk)?;
     let mut replay = Replay::new(device, layout, geometry);
-    let pending = replay.run(&checkpoints, &mut report)?;
-    report.blocks_written = replay.write_all()?;
+    let pending = replay.run(&mut window, &checkpoints, &mut report)?;
+    report.blocks_written += replay.write_all()?;
     clear_orphans(device, layout, head, &newest)?;
     device
         .flush()
         .map_err(|source| JournalError::device("recovery flush", 0, source))?;
-    let max_sequence = walk.iter().map(|f| f.header.checkpoint_sequence).max();
-    let max_intent = checkpoints
-        .iter()
-        .flat_map(|c| c.items.iter())
-        .filter_map(|item| match item {
-            LogItem::ExtentFreeIntent { intent_id, .. } => Some(*intent_id),
-            _ => None,
-        })
-        .max();
+    let max_sequence = walk.iter().map(|h| h.checkpoint_sequence).max();
     report.unfinished_intents = pending
         .into_iter()
         .map(|(id, extents)| PendingIntent {
@@ -130,10 +127,7 @@ pub(crate) fn recover(
         report,
         head,
         prev_lsn,
-        next_sequence: max_sequence
-            .unwrap_or(0)
-            .max(newest.header.checkpoint_sequence)
-            + 1,
+        next_sequence: max_sequence.unwrap_or(0).max(newest.checkpoint_sequence) + 1,
         next_intent: max_intent.unwrap_or(0) + 1,
     })
 }
@@ -154,15 +148,9 @@ fn empty_log() -> Recovered {
     }
 }
 
-/// The record at log block `at`, if one is there whose header and payload verify, that
-/// belongs to this filesystem and that names this place as its own.
-fn record_at(image: &[u8], layout: &Layout, at: u64) -> Option<LogRecordHeader> {
-    let start = (at * layout.block_size) as usize;
-    record_here(image.get(start..)?, layout, at)
-}
-
-/// The record at the start of `raw`, which is log block `at`, if it is valid (as `record_at`
-/// says).
+/// The record at the start of `raw`, which is log block `at`, if it is valid: its header
+/// and payload verify, it belongs to this filesystem, names this place as its own and fits
+/// the log.
 pub(crate) fn record_here(raw: &[u8], layout: &Layout, at: u64) -> Option<LogRecordHeader> {
     let (header, _) = decode_log_record(raw).ok()?;
     let here = layout.lsn(Position {
@@ -174,88 +162,73 @@ pub(crate) fn record_here(raw: &[u8], layout: &Layout, at: u64) -> Option<LogRec
     (header.uuid == layout.uuid && header.lsn == here && fits).then_some(header)
 }
 
-/// The valid record with the highest LSN: the newest thing the log holds.
-fn newest_record(image: &[u8], layout: &Layout) -> Option<Found> {
-    let mut newest: Option<Found> = None;
-    let mut at = 0;
-    while at < layout.log_blocks {
-        match record_at(image, layout, at) {
-            Some(header) => {
-                let blocks = layout.record_blocks(u64::from(header.payload_bytes));
-                if newest.as_ref().is_none_or(|n| header.lsn > n.header.lsn) {
-                    let byte_start = (at * layout.block_size) as usize;
-                    newest = Some(Found {
-                        at,
-                        byte_start,
-                        header,
-                    });
-                }
-                at += blocks.max(1);
-            }
-            None => at += 1,
-        }
-    }
-    newest
-}
-
-/// Records from `tail` forward while each is valid, sits where its predecessor ended and
-/// names it as `prev_lsn`.
-fn walk(image: &[u8], layout: &Layout, tail: Lsn) -> Vec<Found> {
-    let mut found: Vec<Found> = Vec::new();
+/// Record headers from `tail` forward while each record is valid, sits where its
+/// predecessor ended and names it as `prev_lsn`.
+fn walk(
+    window: &mut LogWindow<'_>,
+    layout: &Layout,
+    tail: Lsn,
+) -> Result<Vec<LogRecordHeader>, JournalError> {
+    let mut found: Vec<LogRecordHeader> = Vec::new();
     let mut at = layout.position(tail);
     let mut walked = 0u64;
     while walked < layout.log_blocks {
-        let Some(header) = record_at(image, layout, at.block) else {
+        let Some(header) = window.record_at(at.block)? else {
             break;
         };
-        let follows = found
-            .last()
-            .is_none_or(|prev| header.prev_lsn == prev.header.lsn);
+        let follows = found.last().is_none_or(|prev| header.prev_lsn == prev.lsn);
         if header.lsn != layout.lsn(at) || !follows {
             break;
         }
         let blocks = layout.record_blocks(u64::from(header.payload_bytes));
-        found.push(Found {
-            at: at.block,
-            byte_start: (at.block * layout.block_size) as usize,
-            header,
-        });
+        found.push(header);
         walked += blocks;
         at = layout.advance(at, blocks);
     }
-    found
+    Ok(found)
 }
 
-/// Groups the walked records into checkpoints by sequence, decoding their items; returned in
-/// sequence order, each with the LSN of its first record. Several checkpoints may be in
-/// flight, so a later checkpoint's records can lie between an earlier one's data and its
-/// commit record.
-fn group(image: &[u8], walk: &[Found]) -> Result<Vec<Checkpoint>, JournalError> {
+/// Groups the walked records into checkpoints by sequence (returned in sequence order),
+/// noting each one's start and commit items, records and cancel records, and the highest
+/// intent id anywhere. Several checkpoints may be in flight, so a later checkpoint's
+/// records can lie between an earlier one's data and its commit record.
+fn scan(
+    window: &mut LogWindow<'_>,
+    layout: &Layout,
+    walk: &[LogRecordHeader],
+) -> Result<(Vec<Checkpoint>, Option<u64>), JournalError> {
     let mut checkpoints: BTreeMap<u64, Checkpoint> = BTreeMap::new();
-    for record in walk.iter().filter(|r| r.header.op_count > 0) {
-        let sequence = record.header.checkpoint_sequence;
+    let mut max_intent = None;
+    for header in walk.iter().filter(|h| h.op_count > 0) {
+        let at = layout.position(header.lsn).block;
+        let items = window.items_at(at)?;
+        let sequence = header.checkpoint_sequence;
         let checkpoint = checkpoints.entry(sequence).or_insert_with(|| Checkpoint {
             sequence,
-            lsn: record.header.lsn,
+            lsn: header.lsn,
             ..Checkpoint::default()
         });
-        let corrupt = |why: String| JournalError::CorruptLog {
-            lsn: record.header.lsn,
-            why,
-        };
-        let raw = &image[record.byte_start..];
-        let (_, payload) = decode_log_record(raw).map_err(|e| corrupt(e.to_string()))?;
-        let items = decode_log_items(payload, record.header.op_count)
-            .map_err(|e| corrupt(e.to_string()))?;
+        checkpoint.records.push(at);
         for item in items {
             match item {
                 LogItem::CheckpointStart { .. } => checkpoint.started = true,
                 LogItem::CheckpointCommit { .. } => checkpoint.committed = true,
-                other => checkpoint.items.push(other),
+                other => {
+                    match other {
+                        LogItem::Buffer { block, regions, .. } if regions.is_empty() => {
+                            checkpoint.cancels.push((block.0, checkpoint.items));
+                        }
+                        LogItem::ExtentFreeIntent { intent_id, .. } => {
+                            max_intent = max_intent.max(Some(intent_id));
+                        }
+                        _ => {}
+                    }
+                    checkpoint.items += 1;
+                }
             }
         }
     }
-    Ok(checkpoints.into_values().collect())
+    Ok((checkpoints.into_values().collect(), max_intent))
 }
 
 /// Zeroes valid-looking records past the new head (written before the crash but cut off by
@@ -264,13 +237,13 @@ fn clear_orphans(
     device: &dyn BlockDevice,
     layout: &Layout,
     head: Position,
-    newest: &Found,
+    newest: &LogRecordHeader,
 ) -> Result<(), JournalError> {
-    let newest_at = layout.position(newest.header.lsn);
+    let newest_at = layout.position(newest.lsn);
     if (newest_at.cycle, newest_at.block) < (head.cycle, head.block) {
         return Ok(());
     }
-    let end = newest.at + layout.record_blocks(u64::from(newest.header.payload_bytes));
+    let end = newest_at.block + layout.record_blocks(u64::from(newest.payload_bytes));
     let mut ranges = Vec::new();
     if newest_at.cycle == head.cycle {
         ranges.push((head.block, end));
@@ -294,6 +267,9 @@ struct Replay<'d> {
     geometry: &'d Geometry,
     uuid: [u8; 16],
     blocks: BTreeMap<u64, Vec<u8>>,
+    /// Bytes held in `blocks`, and the most it may hold.
+    held_bytes: usize,
+    held_bytes_max: usize,
     /// Home LSNs of the blocks the current checkpoint touched, as they were before it.
     before: HashMap<u64, HomeLsns>,
 }
@@ -316,6 +292,8 @@ impl<'d> Replay<'d> {
             geometry,
             uuid: layout.uuid,
             blocks: BTreeMap::new(),
+            held_bytes: 0,
+            held_bytes_max: REPLAY_HELD_BYTES_MAX.min((layout.log_bytes() / 8) as usize),
             before: HashMap::new(),
         }
     }
@@ -335,6 +313,7 @@ impl<'d> Replay<'d> {
             self.device
                 .read_at(offset, &mut raw)
                 .map_err(|source| JournalError::device("recovery read", offset, source))?;
+            self.held_bytes += raw.len();
             self.blocks.insert(block, raw.to_vec());
         }
         self.blocks.get_mut(&block).ok_or(JournalError::BadItem {
@@ -345,6 +324,7 @@ impl<'d> Replay<'d> {
 
     fn write_one(&mut self, block: u64) -> Result<(), JournalError> {
         if let Some(raw) = self.blocks.remove(&block) {
+            self.held_bytes -= raw.len();
             let offset = block * u64::from(self.geometry.block_size);
             self.device
                 .write_at(offset, &AlignedBuf::from_slice(&raw))
@@ -361,9 +341,14 @@ impl<'d> Replay<'d> {
         Ok(blocks.len() as u64)
     }
 
-    /// Replays the committed checkpoints; returns the intents left without a done item.
+    /// Replays the committed checkpoints in sequence order, reading each one's records
+    /// through `window`; returns the intents left without a done item. Within a
+    /// checkpoint, buffer (and intent) items first, then inode items: a logical inode image
+    /// is newer than a buffer image of its cluster in the same checkpoint (XFS reorders the
+    /// same way). Replayed blocks go home whenever more than `REPLAY_HELD_BYTES_MAX` is held.
     fn run(
         &mut self,
+        window: &mut LogWindow<'_>,
         checkpoints: &[Checkpoint],
         report: &mut RecoveryReport,
     ) -> Result<BTreeMap<u64, Vec<FreeExtent>>, JournalError> {
@@ -380,34 +365,57 @@ impl<'d> Replay<'d> {
             // Skip decisions compare with the home state from before this checkpoint, so an
             // item replayed (and stamped) here cannot make a later item of it look applied.
             self.before.clear();
-            // Buffer items first, then inode items: a logical inode image is newer than a
-            // buffer image of its cluster in the same checkpoint (XFS reorders the same way).
-            let buffers_first = checkpoint
-                .items
-                .iter()
-                .enumerate()
-                .filter(|(_, item)| !matches!(item, LogItem::Inode { .. }))
-                .chain(
-                    checkpoint
-                        .items
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, item)| matches!(item, LogItem::Inode { .. })),
-                );
-            for (item_index, item) in buffers_first {
-                let cancelled = |block: FsBlock| {
-                    cancels
-                        .get(&block.0)
-                        .is_some_and(|&c| c > (index, item_index))
+            for inodes in [false, true] {
+                let pass = Pass {
+                    index,
+                    inodes,
+                    cancels: &cancels,
                 };
-                match self.replay_item(item, checkpoint.lsn, cancelled, &mut pending)? {
-                    true => report.items_replayed += 1,
-                    false => report.items_skipped += 1,
-                }
+                self.replay_pass(window, checkpoint, &pass, &mut pending, report)?;
             }
         }
         report.checkpoints_replayed = complete.len() as u64;
         Ok(pending)
+    }
+
+    /// One pass over a checkpoint's records: its inode items, or all its other items.
+    fn replay_pass(
+        &mut self,
+        window: &mut LogWindow<'_>,
+        checkpoint: &Checkpoint,
+        pass: &Pass<'_>,
+        pending: &mut BTreeMap<u64, Vec<FreeExtent>>,
+        report: &mut RecoveryReport,
+    ) -> Result<(), JournalError> {
+        let mut item_index = 0;
+        for &at in &checkpoint.records {
+            for item in window.items_at(at)? {
+                if matches!(
+                    item,
+                    LogItem::CheckpointStart { .. } | LogItem::CheckpointCommit { .. }
+                ) {
+                    continue;
+                }
+                let this = item_index;
+                item_index += 1;
+                if matches!(item, LogItem::Inode { .. }) != pass.inodes {
+                    continue;
+                }
+                let cancelled = |block: FsBlock| {
+                    pass.cancels
+                        .get(&block.0)
+                        .is_some_and(|&c| c > (pass.index, this))
+                };
+                match self.replay_item(&item, checkpoint.lsn, cancelled, pending)? {
+                    true => report.items_replayed += 1,
+                    false => report.items_skipped += 1,
+                }
+                if self.held_bytes > self.held_bytes_max {
+                    report.blocks_written += self.write_all()?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Replays one item of the checkpoint at `lsn`; returns whether it changed anything.
@@ -683,15 +691,19 @@ fn stamp_block(raw: &mut [u8], inode_size: usize, lsn: Lsn) {
 fn last_cancels(checkpoints: &[&Checkpoint]) -> HashMap<u64, (usize, usize)> {
     let mut cancels = HashMap::new();
     for (index, checkpoint) in checkpoints.iter().enumerate() {
-        for (item_index, item) in checkpoint.items.iter().enumerate() {
-            if let LogItem::Buffer { block, regions, .. } = item
-                && regions.is_empty()
-            {
-                cancels.insert(block.0, (index, item_index));
-            }
+        for &(block, item_index) in &checkpoint.cancels {
+            cancels.insert(block, (index, item_index));
         }
     }
     cancels
+}
+
+/// One replay pass over a checkpoint: its place among the complete checkpoints, which items
+/// it applies, and the last cancel record of every block.
+struct Pass<'a> {
+    index: usize,
+    inodes: bool,
+    cancels: &'a HashMap<u64, (usize, usize)>,
 }
 
 #[cfg(test)]

@@ -74,6 +74,7 @@ impl<'j> Transaction<'j> {
 
     /// The buffer at `key`, read and verified if not cached, locked and joined to this
     /// transaction; the joined guard if it is joined already.
+    #[track_caller]
     pub fn get_buf(
         &mut self,
         key: BufKey,
@@ -97,6 +98,7 @@ impl<'j> Transaction<'j> {
 
     /// A newly allocated block: zeroed, joined, and logged whole at commit (so recovery never
     /// depends on what the block held before).
+    #[track_caller]
     pub fn get_new_buf(
         &mut self,
         key: BufKey,
@@ -138,6 +140,7 @@ impl<'j> Transaction<'j> {
     /// logged as one inode create item of a few dozen bytes instead of the whole buffer
     /// (XFS's icreate); later writes to the guard are logged as usual. The AIL writes the
     /// buffer home like any other, and replay re-creates only inodes not newer at home.
+    #[track_caller]
     pub fn get_new_inode_cluster(
         &mut self,
         key: BufKey,

@@ -154,6 +154,16 @@ fn ag_headers(
     })
 }
 
+/// The headers and tree roots of AG `ag` added by a grow to the geometry of `plan` (an AG
+/// that holds neither the root chunk nor the log: all free past the reserved blocks),
+/// carrying the grown filesystem's `superblock` copy.
+pub fn grown_ag(plan: &Plan, superblock: &Superblock, ag: u32) -> Result<BlockRun, MkfsError> {
+    if ag == 0 || ag == plan.log_ag {
+        return Err(MkfsError::Option(format!("AG {ag} is not a new AG")));
+    }
+    ag_headers(plan, superblock, ag, &free_extents(plan, ag))
+}
+
 fn block_mut(run: &mut [u8], block_size: usize, index: u32) -> &mut [u8] {
     let at = index as usize * block_size;
     &mut run[at..at + block_size]

@@ -71,6 +71,7 @@ pub fn user(uid: u32) -> Credentials {
         uid,
         gid: uid,
         groups: Vec::new(),
+        umask: 0,
     }
 }
 pub mod model;

@@ -27,7 +27,7 @@ impl CairnFs {
         cookie: u64,
         reply: &mut ReplyDirectory,
     ) -> Result<(), FsError> {
-        for entry in self.fs.readdir(inode, cookie, READDIR_BATCH)? {
+        for entry in self.fs()?.readdir(inode, cookie, READDIR_BATCH)? {
             let name = OsStr::from_bytes(&entry.name);
             let kind = file_type(entry.kind);
             if reply.add(self.node(entry.inode), entry.cookie, kind, name) {
@@ -47,7 +47,7 @@ impl CairnFs {
         cookie: u64,
         reply: &mut ReplyDirectoryPlus,
     ) -> Result<(), FsError> {
-        for entry in self.fs.readdir(inode, cookie, READDIRPLUS_BATCH)? {
+        for entry in self.fs()?.readdir(inode, cookie, READDIRPLUS_BATCH)? {
             match self.add_plus(inode, &entry, reply) {
                 Ok(true) => break,
                 Ok(false) => {}
@@ -68,9 +68,9 @@ impl CairnFs {
     ) -> Result<bool, FsError> {
         let counted = !is_dot_or_dotdot(&entry.name);
         let attr = if counted {
-            self.fs.lookup(dir, &entry.name)?
+            self.fs()?.lookup(dir, &entry.name)?
         } else {
-            self.fs.getattr(entry.inode)?
+            self.fs()?.getattr(entry.inode)?
         };
         let ttl = self.settings.entry_timeout.min(self.settings.attr_timeout);
         let full = reply.add(
@@ -82,7 +82,7 @@ impl CairnFs {
             Generation(u64::from(attr.generation)),
         );
         if full && counted {
-            self.fs.forget(attr.inode, 1);
+            self.drop_reference(attr.inode, 1);
         }
         Ok(full)
     }

@@ -20,7 +20,21 @@ impl CairnFs {
             | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_ATOMIC_O_TRUNC
             | InitFlags::FUSE_ASYNC_DIO
-            | InitFlags::FUSE_CACHE_SYMLINKS;
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            // The daemon clears the set-ID bits on write, truncate and chown (the kernel
+            // then skips its per-write security.capability lookup: SB_NOSEC).
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+            // O_DIRECT opens (FOPEN_DIRECT_IO) may be mapped too; the kernel writes back
+            // and drops cached pages around direct I/O to keep the two coherent.
+            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP
+            // File handles (NFS export, open_by_handle_at) outlive the kernel's inode: it
+            // then looks up "." by node id, and ".." to reconnect directories.
+            | InitFlags::FUSE_EXPORT_SUPPORT
+            // POSIX ACLs: the kernel enforces them from system.posix_acl_access (which it
+            // caches), and leaves the umask to us (DONT_MASK), since a default ACL on the
+            // parent replaces it.
+            | InitFlags::FUSE_POSIX_ACL
+            | InitFlags::FUSE_DONT_MASK;
         // The writeback cache lets the kernel own size and mtime and hand us large writes;
         // right for a local filesystem with one daemon. Pointless on a read-only mount.
         if self.settings.writeback_cache && !self.read_only {

@@ -10,6 +10,8 @@ mod node;
 mod ops;
 mod xattr;
 
+pub use xattr::{GROW_XATTR_PREFIX, TRIM_XATTR_PREFIX};
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -17,6 +19,7 @@ use cairn_fs::{Attr, FsError};
 use fuser::{Errno, FileAttr, FileType, Generation, INodeNo, ReplyEntry};
 
 use crate::convert::file_attr;
+use crate::core::{CoreRef, CoreSlot};
 use crate::errno::{ToErrno, is_severe};
 use crate::options::FuseSettings;
 use crate::stats::{Op, RequestStats};
@@ -27,7 +30,7 @@ pub const FUSE_ROOT_ID: u64 = 1;
 /// The FUSE front end of one mounted filesystem.
 #[derive(Debug)]
 pub struct CairnFs {
-    fs: Arc<cairn_fs::Filesystem>,
+    core: Arc<CoreSlot>,
     requests: Arc<RequestStats>,
     settings: FuseSettings,
     read_only: bool,
@@ -35,24 +38,37 @@ pub struct CairnFs {
 }
 
 impl CairnFs {
-    /// A front end serving `fs`, counting requests in `requests`.
+    /// A front end serving the filesystem in `core` (mounted), counting requests in
+    /// `requests`.
     pub fn new(
-        fs: Arc<cairn_fs::Filesystem>,
+        core: Arc<CoreSlot>,
         requests: Arc<RequestStats>,
         settings: FuseSettings,
         read_only: bool,
-    ) -> Self {
-        let root = fs.root();
+    ) -> Result<Self, FsError> {
+        let root = core.get()?.root();
         debug_assert_ne!(
             root, FUSE_ROOT_ID,
             "inode 1 cannot exist: block 0 is the superblock"
         );
-        Self {
-            fs,
+        Ok(Self {
+            core,
             requests,
             settings,
             read_only,
             root,
+        })
+    }
+
+    /// The filesystem, for the length of one call (`ShutDown` once it was unmounted).
+    fn fs(&self) -> Result<CoreRef<'_>, FsError> {
+        self.core.get()
+    }
+
+    /// Drops `count` lookup references of `inode` (nothing once unmounted).
+    fn drop_reference(&self, inode: u64, count: u64) {
+        if let Ok(fs) = self.fs() {
+            fs.forget(inode, count);
         }
     }
 

@@ -15,6 +15,7 @@ pub(super) fn set_attr(
     size: Option<u64>,
     times: (Option<fuser::TimeOrNow>, Option<fuser::TimeOrNow>),
     ctime: Option<SystemTime>,
+    file: Option<fuser::FileHandle>,
 ) -> SetAttr {
     SetAttr {
         mode: mode.map(permission_bits),
@@ -24,6 +25,7 @@ pub(super) fn set_attr(
         atime: times.0.map(time_or_now),
         mtime: times.1.map(time_or_now),
         ctime,
+        file: file.map(|handle| handle.0),
     }
 }
 
@@ -76,6 +78,7 @@ mod tests {
             Some(4096),
             (Some(fuser::TimeOrNow::Now), None),
             None,
+            Some(fuser::FileHandle(9)),
         );
         assert_eq!(changes.mode, Some(0o2755));
         assert_eq!(changes.uid, Some(7));
@@ -83,5 +86,6 @@ mod tests {
         assert_eq!(changes.size, Some(4096));
         assert_eq!(changes.atime, Some(cairn_fs::TimeOrNow::Now));
         assert_eq!(changes.mtime, None);
+        assert_eq!(changes.file, Some(9));
     }
 }

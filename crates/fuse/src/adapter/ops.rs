@@ -17,7 +17,9 @@ use super::CairnFs;
 use super::file::{copy_range, fallocate_mode, fopen_flags, open_mode, seek_kind};
 use super::node::{rename_mode, set_attr};
 use super::xattr::{is_reserved, name_list, reply_value, xattr_flags};
-use crate::convert::{credentials, kind_of_mode, name_bytes, permission_bits};
+use crate::convert::{
+    credentials, credentials_with_umask, kind_of_mode, name_bytes, permission_bits,
+};
 use crate::stats::Op;
 
 fn errno(code: i32) -> Errno {
@@ -30,9 +32,19 @@ impl fuser::Filesystem for CairnFs {
         Ok(())
     }
 
+    /// A fuseblk unmount: the kernel's `umount` waits for this request's reply, so the
+    /// filesystem is written back, its log left clean and its device closed first.
+    fn destroy_requested(&self) {
+        tracing::info!("FUSE_DESTROY: unmounting the filesystem before umount returns");
+        self.core.unmount();
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let _timer = self.requests.start(Op::Lookup);
-        match self.fs.lookup(self.inode(parent), name_bytes(name)) {
+        let _timer = self.requests.start(Op::Lookup, parent.0);
+        match self
+            .fs()
+            .and_then(|fs| fs.lookup(self.inode(parent), name_bytes(name)))
+        {
             Ok(attr) => self.reply_entry(reply, &attr),
             Err(FsError::NotFound) => self.reply_negative(reply),
             Err(error) => reply.error(self.fail(Op::Lookup, &error)),
@@ -40,13 +52,13 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        let _timer = self.requests.start(Op::Forget);
-        self.fs.forget(self.inode(ino), nlookup);
+        let _timer = self.requests.start(Op::Forget, ino.0);
+        self.drop_reference(self.inode(ino), nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let _timer = self.requests.start(Op::Getattr);
-        match self.fs.getattr(self.inode(ino)) {
+        let _timer = self.requests.start(Op::Getattr, ino.0);
+        match self.fs().and_then(|fs| fs.getattr(self.inode(ino))) {
             Ok(attr) => reply.attr(&self.settings.attr_timeout, &self.fuse_attr(&attr)),
             Err(error) => reply.error(self.fail(Op::Getattr, &error)),
         }
@@ -63,18 +75,18 @@ impl fuser::Filesystem for CairnFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let _timer = self.requests.start(Op::Setattr);
-        let changes = set_attr(mode, uid, gid, size, (atime, mtime), ctime);
+        let _timer = self.requests.start(Op::Setattr, ino.0);
+        let changes = set_attr(mode, uid, gid, size, (atime, mtime), ctime, fh);
         match self
-            .fs
-            .setattr(self.inode(ino), &changes, &credentials(req))
+            .fs()
+            .and_then(|fs| fs.setattr(self.inode(ino), &changes, &credentials(req)))
         {
             Ok(attr) => reply.attr(&self.settings.attr_timeout, &self.fuse_attr(&attr)),
             Err(error) => reply.error(self.fail(Op::Setattr, &error)),
@@ -82,8 +94,8 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let _timer = self.requests.start(Op::Readlink);
-        match self.fs.readlink(self.inode(ino)) {
+        let _timer = self.requests.start(Op::Readlink, ino.0);
+        match self.fs().and_then(|fs| fs.readlink(self.inode(ino))) {
             Ok(target) => reply.data(&target),
             Err(error) => reply.error(self.fail(Op::Readlink, &error)),
         }
@@ -95,18 +107,22 @@ impl fuser::Filesystem for CairnFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let _timer = self.requests.start(Op::Mknod);
+        let _timer = self.requests.start(Op::Mknod, parent.0);
         let Some(kind) = kind_of_mode(mode) else {
             reply.error(self.refuse(Op::Mknod, errno(libc::EINVAL)));
             return;
         };
         let parent = self.inode(parent);
-        let (name, bits, who) = (name_bytes(name), permission_bits(mode), credentials(req));
-        match self.fs.create(parent, name, kind, bits, rdev, &who) {
+        let who = credentials_with_umask(req, umask);
+        let (name, bits) = (name_bytes(name), permission_bits(mode));
+        match self
+            .fs()
+            .and_then(|fs| fs.create(parent, name, kind, bits, rdev, &who))
+        {
             Ok(attr) => self.reply_entry(reply, &attr),
             Err(error) => reply.error(self.fail(Op::Mknod, &error)),
         }
@@ -118,15 +134,15 @@ impl fuser::Filesystem for CairnFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
-        let _timer = self.requests.start(Op::Mkdir);
-        let who = credentials(req);
+        let _timer = self.requests.start(Op::Mkdir, parent.0);
+        let who = credentials_with_umask(req, umask);
         let parent = self.inode(parent);
         match self
-            .fs
-            .mkdir(parent, name_bytes(name), permission_bits(mode), &who)
+            .fs()
+            .and_then(|fs| fs.mkdir(parent, name_bytes(name), permission_bits(mode), &who))
         {
             Ok(attr) => self.reply_entry(reply, &attr),
             Err(error) => reply.error(self.fail(Op::Mkdir, &error)),
@@ -134,10 +150,10 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _timer = self.requests.start(Op::Unlink);
+        let _timer = self.requests.start(Op::Unlink, parent.0);
         match self
-            .fs
-            .unlink(self.inode(parent), name_bytes(name), &credentials(req))
+            .fs()
+            .and_then(|fs| fs.unlink(self.inode(parent), name_bytes(name), &credentials(req)))
         {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Unlink, &error)),
@@ -145,10 +161,10 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _timer = self.requests.start(Op::Rmdir);
+        let _timer = self.requests.start(Op::Rmdir, parent.0);
         match self
-            .fs
-            .rmdir(self.inode(parent), name_bytes(name), &credentials(req))
+            .fs()
+            .and_then(|fs| fs.rmdir(self.inode(parent), name_bytes(name), &credentials(req)))
         {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Rmdir, &error)),
@@ -163,10 +179,13 @@ impl fuser::Filesystem for CairnFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let _timer = self.requests.start(Op::Symlink);
+        let _timer = self.requests.start(Op::Symlink, parent.0);
         let target = target.as_os_str().as_encoded_bytes();
         let (parent, who) = (self.inode(parent), credentials(req));
-        match self.fs.symlink(parent, name_bytes(link_name), target, &who) {
+        match self
+            .fs()
+            .and_then(|fs| fs.symlink(parent, name_bytes(link_name), target, &who))
+        {
             Ok(attr) => self.reply_entry(reply, &attr),
             Err(error) => reply.error(self.fail(Op::Symlink, &error)),
         }
@@ -182,7 +201,7 @@ impl fuser::Filesystem for CairnFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.requests.start(Op::Rename);
+        let _timer = self.requests.start(Op::Rename, parent.0);
         let Some(mode) = rename_mode(flags) else {
             reply.error(self.refuse(Op::Rename, errno(libc::EINVAL)));
             return;
@@ -190,8 +209,8 @@ impl fuser::Filesystem for CairnFs {
         let (from, to) = (self.inode(parent), self.inode(newparent));
         let (name, newname) = (name_bytes(name), name_bytes(newname));
         match self
-            .fs
-            .rename(from, name, to, newname, mode, &credentials(req))
+            .fs()
+            .and_then(|fs| fs.rename(from, name, to, newname, mode, &credentials(req)))
         {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Rename, &error)),
@@ -206,11 +225,11 @@ impl fuser::Filesystem for CairnFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let _timer = self.requests.start(Op::Link);
+        let _timer = self.requests.start(Op::Link, ino.0);
         let (inode, parent) = (self.inode(ino), self.inode(newparent));
         match self
-            .fs
-            .link(inode, parent, name_bytes(newname), &credentials(req))
+            .fs()
+            .and_then(|fs| fs.link(inode, parent, name_bytes(newname), &credentials(req)))
         {
             Ok(attr) => self.reply_entry(reply, &attr),
             Err(error) => reply.error(self.fail(Op::Link, &error)),
@@ -218,16 +237,18 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let _timer = self.requests.start(Op::Open);
+        let _timer = self.requests.start(Op::Open, ino.0);
         let mode = open_mode(flags.0);
         let who = credentials(req);
-        match self.fs.open(
-            self.inode(ino),
-            mode.write,
-            mode.truncate,
-            mode.direct,
-            &who,
-        ) {
+        match self.fs().and_then(|fs| {
+            fs.open(
+                self.inode(ino),
+                mode.write,
+                mode.truncate,
+                mode.direct,
+                &who,
+            )
+        }) {
             Ok(file) => reply.opened(FileHandle(file.handle), fopen_flags(mode)),
             Err(error) => reply.error(self.fail(Op::Open, &error)),
         }
@@ -244,8 +265,11 @@ impl fuser::Filesystem for CairnFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let _timer = self.requests.start(Op::Read);
-        match self.fs.read(self.inode(ino), offset, size) {
+        let _timer = self.requests.start(Op::Read, ino.0);
+        match self
+            .fs()
+            .and_then(|fs| fs.read(self.inode(ino), offset, size))
+        {
             Ok(data) => reply.data(&data),
             Err(error) => reply.error(self.fail(Op::Read, &error)),
         }
@@ -253,18 +277,26 @@ impl fuser::Filesystem for CairnFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let _timer = self.requests.start(Op::Write);
-        match self.fs.write(self.inode(ino), offset, data) {
+        let _timer = self.requests.start(Op::Write, ino.0);
+        // FUSE_HANDLE_KILLPRIV_V2: the kernel marks writes by a process without
+        // CAP_FSETID, and leaves clearing the set-ID bits to us.
+        let inode = self.inode(ino);
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let written = self.fs().and_then(|fs| match kill {
+            true => fs.write_clearing_set_id(inode, offset, data, &credentials(req)),
+            false => fs.write(inode, offset, data),
+        });
+        match written {
             Ok(written) => reply.written(written),
             Err(error) => reply.error(self.fail(Op::Write, &error)),
         }
@@ -273,14 +305,14 @@ impl fuser::Filesystem for CairnFs {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         // Writes reach the filesystem before their replies (the kernel flushes its dirty
         // pages before sending flush), so there is nothing left to push here.
-        let _timer = self.requests.start(Op::Flush);
+        let _timer = self.requests.start(Op::Flush, ino.0);
         reply.ok();
     }
 
@@ -294,28 +326,28 @@ impl fuser::Filesystem for CairnFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.requests.start(Op::Release);
+        let _timer = self.requests.start(Op::Release, ino.0);
         let file = OpenFile {
             inode: self.inode(ino),
             handle: fh.0,
         };
-        match self.fs.release(file) {
+        match self.fs().and_then(|fs| fs.release(file)) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Release, &error)),
         }
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, data: bool, reply: ReplyEmpty) {
-        let _timer = self.requests.start(Op::Fsync);
-        match self.fs.fsync(self.inode(ino), data) {
+        let _timer = self.requests.start(Op::Fsync, ino.0);
+        match self.fs().and_then(|fs| fs.fsync(self.inode(ino), data)) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Fsync, &error)),
         }
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let _timer = self.requests.start(Op::Opendir);
-        match self.fs.getattr(self.inode(ino)) {
+        let _timer = self.requests.start(Op::Opendir, ino.0);
+        match self.fs().and_then(|fs| fs.getattr(self.inode(ino))) {
             Ok(attr) if attr.kind == FileKind::Directory => {
                 // Listings are stateless (cookies), and the kernel may cache them: it drops
                 // the cache itself when an entry changes through this mount.
@@ -335,7 +367,7 @@ impl fuser::Filesystem for CairnFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let _timer = self.requests.start(Op::Readdir);
+        let _timer = self.requests.start(Op::Readdir, ino.0);
         match self.fill_readdir(self.inode(ino), offset, &mut reply) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Readdir, &error)),
@@ -350,7 +382,7 @@ impl fuser::Filesystem for CairnFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let _timer = self.requests.start(Op::Readdirplus);
+        let _timer = self.requests.start(Op::Readdirplus, ino.0);
         match self.fill_readdirplus(self.inode(ino), offset, &mut reply) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Readdirplus, &error)),
@@ -360,12 +392,12 @@ impl fuser::Filesystem for CairnFs {
     fn releasedir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.requests.start(Op::Releasedir);
+        let _timer = self.requests.start(Op::Releasedir, ino.0);
         reply.ok();
     }
 
@@ -377,16 +409,16 @@ impl fuser::Filesystem for CairnFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.requests.start(Op::Fsyncdir);
-        match self.fs.fsync(self.inode(ino), datasync) {
+        let _timer = self.requests.start(Op::Fsyncdir, ino.0);
+        match self.fs().and_then(|fs| fs.fsync(self.inode(ino), datasync)) {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Fsyncdir, &error)),
         }
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let _timer = self.requests.start(Op::Statfs);
-        match self.fs.statfs() {
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let _timer = self.requests.start(Op::Statfs, ino.0);
+        match self.fs().and_then(|fs| fs.statfs()) {
             Ok(s) => reply.statfs(
                 s.blocks,
                 s.blocks_free,
@@ -411,7 +443,7 @@ impl fuser::Filesystem for CairnFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.requests.start(Op::Setxattr);
+        let _timer = self.requests.start(Op::Setxattr, ino.0);
         if is_reserved(name) {
             return reply.error(self.refuse(Op::Setxattr, errno(libc::EPERM)));
         }
@@ -420,8 +452,8 @@ impl fuser::Filesystem for CairnFs {
         };
         let (inode, who) = (self.inode(ino), credentials(req));
         match self
-            .fs
-            .setxattr(inode, name_bytes(name), value, flags, &who)
+            .fs()
+            .and_then(|fs| fs.setxattr(inode, name_bytes(name), value, flags, &who))
         {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Setxattr, &error)),
@@ -429,15 +461,20 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let _timer = self.requests.start(Op::Getxattr);
+        let _timer = self.requests.start(Op::Getxattr, ino.0);
         let inode = self.inode(ino);
-        if let Some(value) = self.reserved_value(inode, name) {
-            return reply_value(reply, size, &value);
+        match self.reserved_value(req.uid(), inode, name, size) {
+            Some(Ok(value)) => return reply_value(reply, size, &value),
+            Some(Err(errno)) => return reply.error(self.refuse(Op::Getxattr, errno)),
+            None => {}
         }
         if is_reserved(name) {
             return reply.error(self.refuse(Op::Getxattr, errno(libc::ENODATA)));
         }
-        match self.fs.getxattr(inode, name_bytes(name), &credentials(req)) {
+        match self
+            .fs()
+            .and_then(|fs| fs.getxattr(inode, name_bytes(name), &credentials(req)))
+        {
             Ok(value) => reply_value(reply, size, &value),
             // Absent attributes are the common case (security.capability on every write).
             Err(FsError::NoData) => reply.error(errno(libc::ENODATA)),
@@ -446,21 +483,24 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let _timer = self.requests.start(Op::Listxattr);
-        match self.fs.listxattr(self.inode(ino), &credentials(req)) {
+        let _timer = self.requests.start(Op::Listxattr, ino.0);
+        match self
+            .fs()
+            .and_then(|fs| fs.listxattr(self.inode(ino), &credentials(req)))
+        {
             Ok(names) => reply_value(reply, size, &name_list(&names)),
             Err(error) => reply.error(self.fail(Op::Listxattr, &error)),
         }
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _timer = self.requests.start(Op::Removexattr);
+        let _timer = self.requests.start(Op::Removexattr, ino.0);
         if is_reserved(name) {
             return reply.error(self.refuse(Op::Removexattr, errno(libc::EPERM)));
         }
         match self
-            .fs
-            .removexattr(self.inode(ino), name_bytes(name), &credentials(req))
+            .fs()
+            .and_then(|fs| fs.removexattr(self.inode(ino), name_bytes(name), &credentials(req)))
         {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Removexattr, &error)),
@@ -468,9 +508,12 @@ impl fuser::Filesystem for CairnFs {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let _timer = self.requests.start(Op::Access);
+        let _timer = self.requests.start(Op::Access, ino.0);
         let mask = (mask.bits() & 7) as u32;
-        match self.fs.access(self.inode(ino), mask, &credentials(req)) {
+        match self
+            .fs()
+            .and_then(|fs| fs.access(self.inode(ino), mask, &credentials(req)))
+        {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Access, &error)),
         }
@@ -482,37 +525,41 @@ impl fuser::Filesystem for CairnFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let _timer = self.requests.start(Op::Create);
+        let _timer = self.requests.start(Op::Create, parent.0);
         let Some(kind) = kind_of_mode(mode) else {
             reply.error(self.refuse(Op::Create, errno(libc::EINVAL)));
             return;
         };
-        let (parent, who) = (self.inode(parent), credentials(req));
-        let attr = match self.fs.create(
-            parent,
-            name_bytes(name),
-            kind,
-            permission_bits(mode),
-            0,
-            &who,
-        ) {
+        let (parent, who) = (self.inode(parent), credentials_with_umask(req, umask));
+        let attr = match self.fs().and_then(|fs| {
+            fs.create(
+                parent,
+                name_bytes(name),
+                kind,
+                permission_bits(mode),
+                0,
+                &who,
+            )
+        }) {
             Ok(attr) => attr,
             Err(error) => return reply.error(self.fail(Op::Create, &error)),
         };
         // The creator may open what it made whatever the new mode says (open(2) with
         // O_CREAT on a new file checks no permission), hence root credentials here.
         let open = open_mode(flags);
-        match self.fs.open(
-            attr.inode,
-            open.write,
-            false,
-            open.direct,
-            &Credentials::root(),
-        ) {
+        match self.fs().and_then(|fs| {
+            fs.open(
+                attr.inode,
+                open.write,
+                false,
+                open.direct,
+                &Credentials::root(),
+            )
+        }) {
             Ok(file) => {
                 let generation = fuser::Generation(u64::from(attr.generation));
                 let fuse_attr = self.fuse_attr(&attr);
@@ -521,7 +568,7 @@ impl fuser::Filesystem for CairnFs {
                 reply.created(&ttl, &fuse_attr, generation, handle, fopen_flags(open));
             }
             Err(error) => {
-                self.fs.forget(attr.inode, 1);
+                self.drop_reference(attr.inode, 1);
                 reply.error(self.fail(Op::Create, &error));
             }
         }
@@ -529,7 +576,7 @@ impl fuser::Filesystem for CairnFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -537,12 +584,16 @@ impl fuser::Filesystem for CairnFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.requests.start(Op::Fallocate);
+        let _timer = self.requests.start(Op::Fallocate, ino.0);
         let Some(mode) = fallocate_mode(mode) else {
             reply.error(self.refuse(Op::Fallocate, errno(libc::EOPNOTSUPP)));
             return;
         };
-        match self.fs.fallocate(self.inode(ino), offset, length, mode) {
+        let who = credentials(req);
+        match self
+            .fs()
+            .and_then(|fs| fs.fallocate_by(self.inode(ino), offset, length, mode, &who))
+        {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Fallocate, &error)),
         }
@@ -557,12 +608,14 @@ impl fuser::Filesystem for CairnFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        let _timer = self.requests.start(Op::Lseek);
+        let _timer = self.requests.start(Op::Lseek, ino.0);
         let (Some(kind), Ok(offset)) = (seek_kind(whence), u64::try_from(offset)) else {
             reply.error(self.refuse(Op::Lseek, errno(libc::EINVAL)));
             return;
         };
-        let found = self.fs.seek(self.inode(ino), offset, kind);
+        let found = self
+            .fs()
+            .and_then(|fs| fs.seek(self.inode(ino), offset, kind));
         match found.map(i64::try_from) {
             Ok(Ok(found)) => reply.offset(found),
             Ok(Err(_)) => reply.error(self.refuse(Op::Lseek, errno(libc::EOVERFLOW))),
@@ -583,10 +636,13 @@ impl fuser::Filesystem for CairnFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let _timer = self.requests.start(Op::CopyFileRange);
+        let _timer = self.requests.start(Op::CopyFileRange, ino_in.0);
         let source = (self.inode(ino_in), offset_in);
         let target = (self.inode(ino_out), offset_out);
-        match copy_range(&self.fs, source, target, len) {
+        match self
+            .fs()
+            .and_then(|fs| copy_range(&fs, source, target, len))
+        {
             Ok(copied) => reply.written(copied),
             Err(error) => reply.error(self.fail(Op::CopyFileRange, &error)),
         }

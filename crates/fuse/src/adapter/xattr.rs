@@ -6,7 +6,23 @@ use cairn_fs::XattrFlags;
 use fuser::{Errno, ReplyXattr};
 
 use super::CairnFs;
+use crate::core::GrowError;
+use crate::errno::ToErrno;
 use crate::stats::{STATS_XATTR, render};
+
+/// The trim command: `getxattr` of `system.cairn.trim.MINIMUM_BYTES` on the mount's root
+/// (root only) discards every free extent of at least that size and answers with the text
+/// `trimmed_bytes: N` / `trimmed_extents: N`. FUSE passes no FITRIM, and this is the
+/// channel `cairn stats` already uses.
+pub const TRIM_XATTR_PREFIX: &str = "system.cairn.trim.";
+/// The grow command: `getxattr` of `system.cairn.grow.SIZE_BYTES` (0: the whole device) on
+/// the mount's root (root only) grows the mounted filesystem (`CoreSlot::grow`) and answers
+/// `old_blocks`, `new_blocks`, `old_ags`, `new_ags` and `block_size` lines.
+pub const GROW_XATTR_PREFIX: &str = "system.cairn.grow.";
+
+/// The size answered to a size query of a command, which runs nothing (tools ask for the
+/// size first; the real call then runs it once).
+const COMMAND_REPLY_BYTES_MAX: usize = 128;
 
 /// Answers a getxattr or listxattr with `value`: its size when `size` is 0, the value when
 /// it fits, ERANGE when it does not.
@@ -50,12 +66,74 @@ pub(super) fn is_reserved(name: &OsStr) -> bool {
 }
 
 impl CairnFs {
-    /// The value of a reserved attribute of `inode`, or `None` if it has none.
-    pub(super) fn reserved_value(&self, inode: u64, name: &OsStr) -> Option<Vec<u8>> {
-        if inode != self.root || name != STATS_XATTR {
+    /// The value of a reserved attribute of `inode` read by `uid` (`size` 0 asks only for
+    /// the length), or `None` if it has none.
+    pub(super) fn reserved_value(
+        &self,
+        uid: u32,
+        inode: u64,
+        name: &OsStr,
+        size: u32,
+    ) -> Option<Result<Vec<u8>, Errno>> {
+        if inode != self.root {
             return None;
         }
-        Some(render(&self.fs.stats(), &self.requests).into_bytes())
+        if name == STATS_XATTR {
+            let stats = self.fs().ok()?.stats();
+            return Some(Ok(render(&stats, &self.requests).into_bytes()));
+        }
+        let name = name.to_str()?;
+        let (grow, argument) = match name.strip_prefix(GROW_XATTR_PREFIX) {
+            Some(bytes) => (true, bytes),
+            None => (false, name.strip_prefix(TRIM_XATTR_PREFIX)?),
+        };
+        // Commands are root's; a size query (size 0) runs nothing.
+        if uid != 0 {
+            return Some(Err(Errno::from_i32(libc::EPERM)));
+        }
+        let Ok(argument) = argument.parse::<u64>() else {
+            return Some(Err(Errno::from_i32(libc::EINVAL)));
+        };
+        if size == 0 {
+            return Some(Ok(vec![b' '; COMMAND_REPLY_BYTES_MAX]));
+        }
+        Some(match grow {
+            true => self.grow_command(argument),
+            false => self.trim_command(argument),
+        })
+    }
+
+    /// Runs the grow command to `bytes` (0: the device's size).
+    fn grow_command(&self, bytes: u64) -> Result<Vec<u8>, Errno> {
+        let block_size = self.fs().map_err(|e| e.to_errno())?.statfs();
+        let block_size = block_size.map_err(|e| e.to_errno())?.block_size;
+        let report = self.core.grow((bytes > 0).then_some(bytes));
+        let report = report.map_err(|error| {
+            tracing::warn!(%error, "online grow refused or failed");
+            Errno::from_i32(match error {
+                GrowError::Busy => libc::EBUSY,
+                GrowError::Refused(_) => libc::EINVAL,
+                GrowError::Failed(_) => libc::EIO,
+            })
+        })?;
+        let text = format!(
+            "old_blocks: {}\nnew_blocks: {}\nold_ags: {}\nnew_ags: {}\nblock_size: {}\n",
+            report.old_blocks, report.new_blocks, report.old_ags, report.new_ags, block_size
+        );
+        Ok(text.into_bytes())
+    }
+
+    /// Runs the trim command with the minimum extent size `minimum` (bytes).
+    fn trim_command(&self, minimum: u64) -> Result<Vec<u8>, Errno> {
+        let report = self
+            .fs()
+            .and_then(|fs| fs.trim(minimum))
+            .map_err(|error| error.to_errno())?;
+        let text = format!(
+            "trimmed_bytes: {}\ntrimmed_extents: {}\n",
+            report.bytes, report.extents
+        );
+        Ok(text.into_bytes())
     }
 }
 
@@ -68,6 +146,7 @@ mod tests {
     fn reserved_names() {
         assert!(is_reserved(OsStr::new(STATS_XATTR)));
         assert!(is_reserved(OsStr::new("system.cairn.other")));
+        assert!(is_reserved(OsStr::new(&format!("{TRIM_XATTR_PREFIX}0"))));
         assert!(!is_reserved(OsStr::new("user.cairn.stats")));
         assert!(!is_reserved(OsStr::new("system.posix_acl_access")));
     }

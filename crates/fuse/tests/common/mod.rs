@@ -11,9 +11,12 @@ use clap::Parser;
 /// How long a daemon may take to write everything back and exit after an unmount.
 const EXIT_WAIT: Duration = Duration::from_secs(120);
 
-/// The built `cairn` binary.
+/// The built `cairn` binary, or `CAIRN_BIN` (long runs use a copy that later builds leave
+/// alone).
 pub fn cairn_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_cairn"))
+    std::env::var_os("CAIRN_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cairn")))
 }
 
 /// Runs `program args` and returns its output (a missing program panics with its name).
@@ -58,6 +61,13 @@ impl Scratch {
             .unwrap();
         std::fs::create_dir(dir.path().join("mnt")).unwrap();
         Scratch { dir }
+    }
+
+    /// Lets every user reach the mount point (permission tests act as other users).
+    pub fn share(&self) {
+        use std::os::unix::fs::PermissionsExt;
+        let open = std::fs::Permissions::from_mode(0o755);
+        std::fs::set_permissions(self.dir.path(), open).unwrap();
     }
 
     pub fn image(&self) -> PathBuf {
@@ -119,6 +129,19 @@ pub fn is_mounted(path: &Path) -> bool {
     mounts
         .lines()
         .any(|line| line.split(' ').nth(1) == Some(path))
+}
+
+/// The options /proc/self/mounts shows for the mount at `path`.
+pub fn mount_flags(path: &Path) -> Vec<String> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let path = path.to_str().unwrap();
+    mounts
+        .lines()
+        .filter(|line| line.split(' ').nth(1) == Some(path))
+        .filter_map(|line| line.split(' ').nth(3))
+        .next_back()
+        .map(|options| options.split(',').map(str::to_string).collect())
+        .unwrap_or_default()
 }
 
 /// Waits for `pid` to exit; returns whether it did in time.
@@ -237,4 +260,94 @@ pub fn output_text(output: &Output) -> String {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     )
+}
+
+/// The unprivileged user the permission tests act as (nobody).
+pub const NOBODY: u32 = 65534;
+
+/// A Python interpreter every user may run (a per-user one, such as pyenv's under /root,
+/// is out of reach of an unprivileged user).
+pub fn python() -> &'static str {
+    ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|path| Path::new(path).exists())
+        .unwrap_or("python3")
+}
+
+/// Runs `program args` as user and group `id` with no supplementary groups (`setpriv`), or
+/// as root for `None`.
+pub fn run_as(id: Option<u32>, program: &str, args: &[&str]) -> Output {
+    let Some(id) = id else {
+        return run(program, args);
+    };
+    let (uid, gid) = (format!("--reuid={id}"), format!("--regid={id}"));
+    let mut argv = vec![uid.as_str(), gid.as_str(), "--clear-groups", "--", program];
+    argv.extend_from_slice(args);
+    run("setpriv", &argv)
+}
+
+/// Runs a Python `script` with `args` as `id` (root for `None`); panics with its output
+/// unless it succeeds.
+pub fn python_as(id: Option<u32>, script: &str, args: &[&str]) -> String {
+    let mut argv = vec!["-c", script];
+    argv.extend_from_slice(args);
+    let output = run_as(id, python(), &argv);
+    let text = output_text(&output);
+    assert!(output.status.success(), "python as {id:?} failed:\n{text}");
+    text
+}
+
+/// Python helpers the permission scripts share: `fails(call, "EPERM")` asserts that a call
+/// fails with that errno; `mode(path)` is the permission bits.
+pub const PY_PRELUDE: &str = r#"
+import errno, os, stat, sys
+def fails(call, name):
+    try:
+        call()
+    except OSError as e:
+        assert e.errno == getattr(errno, name), f"{call}: {e} (want {name})"
+        return
+    raise AssertionError(f"{call}: succeeded (want {name})")
+def mode(path):
+    return stat.S_IMODE(os.lstat(path).st_mode)
+"#;
+
+/// Runs a shell `script` as `id` (root for `None`) in directory `dir`; panics with its output
+/// unless it succeeds, and returns its standard output.
+pub fn sh_as(id: Option<u32>, dir: &Path, script: &str) -> String {
+    let script = format!("cd '{}'\n{script}", dir.display());
+    let output = run_as(id, "sh", &["-ec", &script]);
+    assert!(
+        output.status.success(),
+        "`{script}` as {id:?} failed:\n{}",
+        output_text(&output)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A private name for the built binary in /usr/local/sbin, where mount.fuse3 finds the
+/// program a `fuse.NAME` type names; removed on drop. Private to this test process, so
+/// concurrent runs from other checkouts cannot swap it for their build.
+pub struct HelperName {
+    link: PathBuf,
+    pub name: String,
+}
+
+impl HelperName {
+    pub fn new() -> HelperName {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let serial = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("cairn-test-{}-{serial}", std::process::id());
+        let link = Path::new("/usr/local/sbin").join(&name);
+        std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(cairn_bin(), &link).unwrap();
+        HelperName { link, name }
+    }
+}
+
+impl Drop for HelperName {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.link);
+    }
 }
