@@ -83,6 +83,11 @@ pub struct Findings {
     pub(crate) drop_unwritten: BTreeSet<u64>,
     /// Blocks of each inode's attr fork (inodes that have any).
     pub(crate) attr_blocks: BTreeMap<u64, u64>,
+    /// The leaf blocks each inode's attr fork names (the leaf form's one leaf; the index
+    /// form's fill leaf and the leaves its records name), for salvaging a damaged fork.
+    pub(crate) attr_leaves: BTreeMap<u64, Vec<u64>>,
+    /// The index tree blocks of each inode whose attr fork is in index form, as walked.
+    pub(crate) attr_tree_blocks: BTreeMap<u64, Vec<u64>>,
     /// The extent tree blocks of each inode whose data fork is a tree, as walked.
     pub(crate) tree_blocks: BTreeMap<u64, Vec<u64>>,
 }

@@ -187,8 +187,8 @@ impl Repairer<'_> {
         Ok(marker.map(|marker| DirContents { hashes, marker }))
     }
 
-    /// Writes the index tree over `records` into `blocks` (leaves first, then each level
-    /// above, as `levels` counts them); returns the root's block.
+    /// Writes a directory's hash index over `records` into `blocks` (see `write_file_tree`);
+    /// returns the root's block.
     pub(super) fn write_index(
         &mut self,
         dir: u64,
@@ -197,13 +197,28 @@ impl Repairer<'_> {
         levels: &[u64],
         blocks: &[u64],
     ) -> Result<u64, RepairError> {
+        let key = |record: &DirHashRecord| DirHashKey { hash: record.hash };
+        self.write_file_tree(dir, layout, (records, key), levels, blocks)
+    }
+
+    /// Writes a tree owned by inode `owner` (a directory's hash index, an attribute index)
+    /// over `records` (sorted by `key`) into `blocks`: full blocks, leaves first, then each
+    /// level above, as `levels` counts them, siblings linked; returns the root's block.
+    pub(super) fn write_file_tree<R: OnDisk, K: OnDisk + Copy>(
+        &mut self,
+        owner: u64,
+        layout: &BtreeLayout,
+        (records, key): (&[R], impl Fn(&R) -> K),
+        levels: &[u64],
+        blocks: &[u64],
+    ) -> Result<u64, RepairError> {
         // (first key, block) of each block of the level below.
-        let mut below: Vec<(u32, u64)> = Vec::new();
+        let mut below: Vec<(K, u64)> = Vec::new();
         let mut next = 0usize;
         for (level, &count) in levels.iter().enumerate() {
             let count = count as usize;
             let level_blocks = blocks.get(next..next + count).ok_or_else(|| {
-                RepairError::Stuck(format!("directory {dir}: too few index blocks"))
+                RepairError::Stuck(format!("inode {owner}: too few index blocks"))
             })?;
             let per_block = layout.capacity(level as u16);
             let items = if level == 0 {
@@ -213,11 +228,11 @@ impl Repairer<'_> {
             };
             let mut built = Vec::with_capacity(count);
             for (index, &at) in level_blocks.iter().enumerate() {
-                let from = index * per_block;
+                let from = (index * per_block).min(items);
                 let to = (from + per_block).min(items);
                 let mut block = vec![0u8; self.geometry.block_size as usize];
                 BtreeHeader {
-                    header: MetaHeader::new(MetaKind::DirBtree, at, self.uuid, dir),
+                    header: MetaHeader::new(layout.kind, at, self.uuid, owner),
                     level: level as u16,
                     record_count: (to - from) as u16,
                     left: index.checked_sub(1).map_or(NULL_BLOCK, |i| level_blocks[i]),
@@ -230,18 +245,27 @@ impl Repairer<'_> {
                             record.encode(out);
                         }
                     }
-                    records.get(from).map_or(0, |r| r.hash)
+                    records.get(from).map(&key)
                 } else {
-                    for (slot, &(key, child)) in below[from..to].iter().enumerate() {
+                    for (slot, &(child_key, child)) in below[from..to].iter().enumerate() {
                         if let Some(out) = layout.key_mut(&mut block, slot) {
-                            DirHashKey { hash: key }.encode(out);
+                            child_key.encode(out);
                         }
                         layout.set_pointer(&mut block, slot, child)?;
                     }
-                    below.get(from).map_or(0, |b| b.0)
+                    below.get(from).map(|b| b.0)
                 };
                 self.write_meta(at, &mut block)?;
-                built.push((first_key, at));
+                if let Some(first_key) = first_key {
+                    built.push((first_key, at));
+                }
+            }
+            // An empty tree is one empty leaf, which the level above (if any) never names.
+            if built.is_empty() {
+                return level_blocks
+                    .first()
+                    .copied()
+                    .ok_or_else(|| RepairError::Stuck(format!("inode {owner}: an empty index")));
             }
             below = built;
             next += count;
@@ -249,7 +273,7 @@ impl Repairer<'_> {
         below
             .first()
             .map(|b| b.1)
-            .ok_or_else(|| RepairError::Stuck(format!("directory {dir}: an empty index")))
+            .ok_or_else(|| RepairError::Stuck(format!("inode {owner}: an empty index")))
     }
 }
 

@@ -52,6 +52,27 @@ impl BlockSource {
         }
     }
 
+    /// Takes blocks `start..start + length` out of the runs (repair keeps what they hold).
+    pub(crate) fn exclude(&mut self, start: u64, length: u64) {
+        let end = start.saturating_add(length);
+        let mut runs = Vec::with_capacity(self.runs.len() + 1);
+        for &(from, len) in &self.runs {
+            let to = from + len;
+            if to <= start || end <= from {
+                runs.push((from, len));
+                continue;
+            }
+            if from < start {
+                runs.push((from, start - from));
+            }
+            if end < to {
+                runs.push((end, to - end));
+            }
+        }
+        self.runs = runs;
+        self.reuse.retain(|&b| b < start || b >= end);
+    }
+
     /// One block: a reused one first.
     pub(crate) fn take_one(&mut self) -> Option<u64> {
         if let Some(block) = self.reuse.pop() {

@@ -21,6 +21,7 @@ use cairn_format::inode::{
 use cairn_format::symlink::SymlinkHeader;
 use cairn_format::{Extent, FsBlock, InodeNumber, Lsn, MetaHeader, MetaKind, OnDisk};
 
+use super::attrs::{AttrFaults, AttrFound};
 use super::fork_map::BlockSource;
 use super::{RepairError, Repairer, space};
 use crate::check::{Checker, Claim};
@@ -40,7 +41,8 @@ struct InodeFix {
     drop_unwritten: bool,
     /// The map keeps only file blocks below this (a symlink's blocks past its target).
     keep_below: Option<u64>,
-    drop_attr: bool,
+    /// The attr fork is damaged or claims blocks it may not keep: it is salvaged.
+    attr: Option<AttrFaults>,
 }
 
 /// Phase 1's decisions, made from one survey.
@@ -62,6 +64,8 @@ pub(crate) struct InodePlan {
     lsn_limit: Lsn,
     /// Space for copies of shared blocks and new extent trees.
     source: BlockSource,
+    /// What was read of the attr forks to salvage.
+    attr_found: BTreeMap<u64, AttrFound>,
 }
 
 /// Whether a claim is unverifiable data (file data or a remote xattr value): nothing in the
@@ -94,6 +98,8 @@ struct KeptForks {
     /// Its extent tree blocks that belong to it alone (reused by a rebuilt tree).
     tree: Vec<u64>,
     attr_blocks: u64,
+    /// What was read of its attr fork, when that is salvaged.
+    attr: AttrFound,
 }
 
 impl InodePlan {
@@ -110,7 +116,16 @@ impl InodePlan {
                 fix.rebuild_map = true;
                 fix.lost_tree_blocks.push(claim.start);
             }
-            _ => fix.drop_attr = true,
+            // An attr fork's leaves, index tree and remote values.
+            owner => {
+                let faults = fix.attr.get_or_insert_default();
+                let range = (claim.start, claim.length);
+                if owner == "xattr value" && shared {
+                    faults.shared.push(range);
+                } else {
+                    faults.lost.push(range);
+                }
+            }
         }
     }
 
@@ -150,7 +165,10 @@ impl Repairer<'_> {
             .then_some("it crosses an AG boundary")
     }
 
-    pub(crate) fn plan_inode_repairs(&self, survey: &mut Checker<'_>) -> InodePlan {
+    pub(crate) fn plan_inode_repairs(
+        &self,
+        survey: &mut Checker<'_>,
+    ) -> Result<InodePlan, RepairError> {
         let findings = &mut survey.findings;
         let mut plan = InodePlan {
             clear: std::mem::take(&mut findings.broken_inodes),
@@ -187,7 +205,8 @@ impl Repairer<'_> {
         plan.clear = cleared;
         for &inode in &survey.findings.broken_attr {
             if !plan.clear.contains_key(&inode) {
-                plan.fixes.entry(inode).or_default().drop_attr = true;
+                let fix = plan.fixes.entry(inode).or_default();
+                fix.attr.get_or_insert_default();
             }
         }
         for &inode in &survey.findings.rebuild_map {
@@ -201,6 +220,15 @@ impl Repairer<'_> {
         if !plan.fixes.is_empty() {
             plan.source = BlockSource::from_survey(survey);
         }
+        let attr_faults: BTreeMap<u64, AttrFaults> = plan
+            .fixes
+            .iter()
+            .filter_map(|(&inode, fix)| fix.attr.clone().map(|faults| (inode, faults)))
+            .collect();
+        if !attr_faults.is_empty() {
+            // Read before anything is written: a leaf may lie in blocks a copy could take.
+            plan.attr_found = self.find_attr_leaves(survey, &attr_faults, &mut plan.source)?;
+        }
         let findings = &mut survey.findings;
         for &inode in plan.fixes.keys() {
             if let Some(extents) = findings.data_extents.remove(&inode) {
@@ -213,7 +241,7 @@ impl Repairer<'_> {
                 plan.attr_blocks.insert(inode, blocks);
             }
         }
-        plan
+        Ok(plan)
     }
 
     pub(crate) fn apply_inode_repairs(&mut self, mut plan: InodePlan) -> Result<(), RepairError> {
@@ -256,6 +284,7 @@ impl Repairer<'_> {
                 extents,
                 tree,
                 attr_blocks,
+                attr: plan.attr_found.remove(&inode).unwrap_or_default(),
             };
             self.fix_inode(inode, fix, kept, &mut plan.source)?;
         }
@@ -318,20 +347,22 @@ impl Repairer<'_> {
     ) -> Result<(), RepairError> {
         let remap =
             !fix.drop_extents.is_empty() || !fix.clone_extents.is_empty() || fix.rebuild_map;
-        let discards = !fix.drop_extents.is_empty() || fix.rebuild_map || fix.drop_attr;
+        let discards = !fix.drop_extents.is_empty() || fix.rebuild_map;
         if discards && !self.may_discard() {
             self.skip(format!(
                 "inode {inode}: its forks claim blocks they may not"
             ));
             return Ok(());
         }
-        if fix.drop_attr {
-            self.drop_attr_fork(inode, !remap)?;
-        }
+        let salvaged = match &fix.attr {
+            Some(faults) => self.salvage_attr_fork(inode, faults, kept.attr, source, !remap)?,
+            None => None,
+        };
+        // A fork left as it is keeps its blocks.
+        let attr_blocks = salvaged.unwrap_or(kept.attr_blocks);
         if !remap {
             return Ok(());
         }
-        let attr_blocks = if fix.drop_attr { 0 } else { kept.attr_blocks };
         let extents = self.remap_extents(inode, fix, kept.extents, source)?;
         source.reuse = kept.tree;
         let stored = self.store_data_map(inode, &extents, attr_blocks, source);
@@ -435,7 +466,11 @@ impl Repairer<'_> {
 
     /// Removes the attr fork of inode `inode`: the data fork takes the whole literal area
     /// (a tree root moves with its end when `move_root`; else the map is stored anew after).
-    fn drop_attr_fork(&mut self, inode: u64, move_root: bool) -> Result<(), RepairError> {
+    pub(super) fn drop_attr_fork(
+        &mut self,
+        inode: u64,
+        move_root: bool,
+    ) -> Result<(), RepairError> {
         let Some(InodeImage {
             mut core,
             mut literal,

@@ -10,8 +10,9 @@
 //!    the log unless `-L`);
 //! 1. inodes (`inodes.rs`): LSNs past the log set back, spare bytes cleared, inodes whose core
 //!    cannot be saved cleared; extents past the device, across an AG or over metadata are
-//!    dropped, extents over another file's data get a copy; damaged attr forks are dropped;
-//!    a damaged extent map is stored anew from the extents that verify (`fork_map.rs`);
+//!    dropped, extents over another file's data get a copy; damaged attr forks keep the
+//!    attributes that verify and get their index stored anew (`attrs.rs`); a damaged extent
+//!    map is stored anew from the extents that verify (`fork_map.rs`);
 //! 2. the namespace (`names.rs`, only when the survey found namespace problems): entries
 //!    naming free inodes, of the wrong type or giving a directory a second parent are
 //!    removed, damaged directory blocks salvaged or emptied (block 0 keeps its markers), `..`
@@ -25,8 +26,9 @@
 //! repair that only rebuilds space reads the device twice (the first survey and the final
 //! check). A final check decides the outcome. Nothing is written unless the first check found
 //! problems; `-p` (preen) makes only the repairs that lose nothing (no inode, extent, entry or
-//! attr fork is dropped).
+//! attribute is dropped).
 
+mod attrs;
 mod derived;
 mod fork_map;
 mod inodes;
@@ -210,7 +212,7 @@ impl<'a> Repairer<'a> {
 impl<'a> Repairer<'a> {
     /// Phases 1 to 3 once, from `survey`; returns a survey of the device as they left it.
     fn phase_round(&mut self, mut survey: Checker<'a>) -> Result<Checker<'a>, RepairError> {
-        let plan = self.plan_inode_repairs(&mut survey);
+        let plan = self.plan_inode_repairs(&mut survey)?;
         let written = self.writes;
         self.apply_inode_repairs(plan)?;
         if self.writes != written {
