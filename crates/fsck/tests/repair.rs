@@ -15,7 +15,7 @@ use cairn_format::inode::{InodeCore, fork_extents, put_fork_extents};
 use cairn_format::limits::{AG_AGF_BLOCK, AG_AGFL_BLOCK, AG_AGI_BLOCK};
 use cairn_format::log::{LOG_RECORD_HEADER_BYTES, decode_log_record, encode_log_record};
 use cairn_format::{AgBlock, AgNumber, FsBlock, InodeNumber, MetaKind, OnDisk};
-use cairn_fs::{Credentials, FileKind, Filesystem, MountOptions, XattrFlags};
+use cairn_fs::{Credentials, FileKind, Filesystem, MountOptions, RenameMode, XattrFlags};
 use common::{Image, SECTOR, blocks_with_magic, edit_block, edit_inode, populated, text};
 
 fn fsck(args: &[&str]) -> std::process::Output {
@@ -454,17 +454,23 @@ fn wrong_link_count() {
     assert!(said.contains("link count 5 set to 1"), "{said}");
 }
 
+/// Removes the entry `name` from the short-form root directory of `image`.
+fn remove_root_entry(image: &Image, name: &[u8]) {
+    edit_inode(image, image.root, |core, fork| {
+        let mut sf = ShortformDir::decode(&fork[..core.size as usize]).unwrap();
+        sf.entries.retain(|e| e.name != name);
+        let bytes = sf.encode().unwrap();
+        fork.fill(0);
+        fork[..bytes.len()].copy_from_slice(&bytes);
+        core.size = bytes.len() as u64;
+    });
+}
+
 // A directory cut off from the root goes to /lost+found under its inode number.
 #[test]
 fn disconnected_directory() {
     let image = populated();
-    edit_inode(&image, image.root, |core, fork| {
-        let mut sf = ShortformDir::decode(&fork[..core.size as usize]).unwrap();
-        sf.entries.retain(|e| e.name != b"a");
-        let bytes = sf.encode().unwrap();
-        fork[..bytes.len()].copy_from_slice(&bytes);
-        core.size = bytes.len() as u64;
-    });
+    remove_root_entry(&image, b"a");
     let said = repair_cycle(&image, "not reachable from the root");
     assert!(said.contains("moved to /lost+found"), "{said}");
     let (_device, fs) = mount_file(&image.path);
@@ -473,6 +479,42 @@ fn disconnected_directory() {
     let a = fs
         .lookup(lost.inode, image.a.to_string().as_bytes())
         .unwrap();
+    assert_eq!(a.inode, image.a);
+    assert!(fs.lookup(a.inode, b"b").is_ok());
+    fs.unmount().unwrap();
+}
+
+// A directory cut off from the root that holds a directory of a lower inode number: the
+// top of the cut-off subtree goes to /lost+found and the directory below stays in it (it
+// used to go first, cut from its parent as if in a cycle).
+#[test]
+fn disconnected_subtree_moves_whole() {
+    let image = populated();
+    assert!(image.a < image.big);
+    let (device, fs) = mount_file(&image.path);
+    let who = Credentials::root();
+    fs.rename(
+        fs.root(),
+        b"a",
+        image.big,
+        b"a",
+        RenameMode::NoReplace,
+        &who,
+    )
+    .unwrap();
+    fs.unmount().unwrap();
+    std::fs::write(&image.path, device.snapshot()).unwrap();
+    remove_root_entry(&image, b"big");
+    let said = repair_cycle(&image, "not reachable from the root");
+    assert!(!said.contains("cycle"), "{said}");
+    assert!(
+        !said.contains(&format!("inode {}: disconnected", image.a)),
+        "{said}"
+    );
+    let (_device, fs) = mount_file(&image.path);
+    let lost = fs.lookup(fs.root(), b"lost+found").unwrap().inode;
+    let big = fs.lookup(lost, image.big.to_string().as_bytes()).unwrap();
+    let a = fs.lookup(big.inode, b"a").unwrap();
     assert_eq!(a.inode, image.a);
     assert!(fs.lookup(a.inode, b"b").is_ok());
     fs.unmount().unwrap();
@@ -498,14 +540,7 @@ fn many_disconnected_files_go_to_a_block_form_lost_found() {
     let first = fs.lookup(lost, (image.big + 1).to_string().as_bytes());
     assert!(first.is_ok());
     fs.unmount().unwrap();
-    edit_inode(&image, image.root, |core, fork| {
-        let mut sf = ShortformDir::decode(&fork[..core.size as usize]).unwrap();
-        sf.entries.retain(|e| e.name != b"a");
-        let bytes = sf.encode().unwrap();
-        fork.fill(0);
-        fork[..bytes.len()].copy_from_slice(&bytes);
-        core.size = bytes.len() as u64;
-    });
+    remove_root_entry(&image, b"a");
     let said = repair_cycle(&image, "not reachable from the root");
     assert!(
         said.contains("rewritten in block form with 301 entries"),

@@ -57,7 +57,7 @@ pub(crate) struct NamePlan {
     unreadable: Vec<(u64, u64)>,
     /// In-use inodes no entry keeps and no unlinked list holds, with no links: cleared.
     orphans: Vec<u64>,
-    /// Inodes to move into lost+found, lowest first.
+    /// Inodes to move into lost+found (see `plan_lost` for the order).
     lost: Vec<(u64, FileType)>,
     lost_found: Option<u64>,
     free_slot: Option<u64>,
@@ -202,41 +202,8 @@ impl Repairer<'_> {
                 named_by.entry(entry.inode).or_default().insert(dir);
             }
         }
-        let mut reached = reach(plan.root, &plan.listings);
-        // One pass in inode order: what is reached only grows, so an inode passed over
-        // never qualifies later.
-        for (&inode, seen) in &survey.inodes {
-            let candidate = !reached.contains(&inode)
-                && !unlinked.contains(&inode)
-                && (seen.file_type == FileType::Directory || !references.contains_key(&inode));
-            if !candidate {
-                continue;
-            }
-            if seen.nlink == 0 && !references.contains_key(&inode) {
-                plan.orphans.push(inode);
-                continue;
-            }
-            // A directory named by another unreachable directory (a cycle) is cut from it.
-            for dir in named_by.get(&inode).into_iter().flatten() {
-                let Some(entries) = plan.listings.get_mut(dir) else {
-                    continue;
-                };
-                if let Some(index) = entries.iter().position(|e| e.inode == inode) {
-                    let entry = entries.remove(index);
-                    let why = "cut from an unreachable cycle".to_string();
-                    plan.edits
-                        .entry(*dir)
-                        .or_default()
-                        .remove
-                        .push((entry, why));
-                }
-            }
-            plan.lost.push((inode, seen.file_type));
-            reached.extend(reach(inode, &plan.listings));
-            if seen.file_type == FileType::Directory {
-                parent_of.insert(inode, u64::MAX);
-            }
-        }
+        let reached = reach(plan.root, &plan.listings);
+        self.plan_lost(survey, plan, (&references, &named_by), reached, parent_of);
         let mut links: BTreeMap<u64, u32> = BTreeMap::new();
         for (&dir, entries) in &plan.listings {
             let subdirs = entries
@@ -264,6 +231,62 @@ impl Repairer<'_> {
             let wanted = links.get(&inode).copied().unwrap_or(0);
             if wanted != seen.nlink && wanted > 0 {
                 plan.nlink.insert(inode, wanted);
+            }
+        }
+    }
+
+    /// Picks the inodes to move into lost+found (and the orphans): first the tops of the
+    /// unreachable subtrees (inodes no unreachable directory names), each bringing its
+    /// subtree back, in inode order; then what is still unreachable (directories naming each
+    /// other in a cycle), each cut from the directories of the cycle that name it. Moving a
+    /// directory before the unreachable directory that names it would cut that entry.
+    fn plan_lost(
+        &self,
+        survey: &Checker<'_>,
+        plan: &mut NamePlan,
+        (references, named_by): (&BTreeMap<u64, u32>, &BTreeMap<u64, BTreeSet<u64>>),
+        mut reached: BTreeSet<u64>,
+        parent_of: &mut BTreeMap<u64, u64>,
+    ) {
+        let unlinked = &survey.findings.unlinked;
+        for cycles in [false, true] {
+            // What is reached only grows, so an inode passed over never qualifies later in
+            // the same pass.
+            for (&inode, seen) in &survey.inodes {
+                let candidate = !reached.contains(&inode)
+                    && !unlinked.contains(&inode)
+                    && (seen.file_type == FileType::Directory || !references.contains_key(&inode));
+                if !candidate {
+                    continue;
+                }
+                if seen.nlink == 0 && !references.contains_key(&inode) {
+                    plan.orphans.push(inode);
+                    reached.insert(inode);
+                    continue;
+                }
+                let namers = named_by.get(&inode).into_iter().flatten();
+                if !cycles && namers.clone().any(|dir| !reached.contains(dir)) {
+                    continue;
+                }
+                for dir in namers {
+                    let Some(entries) = plan.listings.get_mut(dir) else {
+                        continue;
+                    };
+                    if let Some(index) = entries.iter().position(|e| e.inode == inode) {
+                        let entry = entries.remove(index);
+                        let why = "cut from an unreachable cycle".to_string();
+                        plan.edits
+                            .entry(*dir)
+                            .or_default()
+                            .remove
+                            .push((entry, why));
+                    }
+                }
+                plan.lost.push((inode, seen.file_type));
+                reached.extend(reach(inode, &plan.listings));
+                if seen.file_type == FileType::Directory {
+                    parent_of.insert(inode, u64::MAX);
+                }
             }
         }
     }
