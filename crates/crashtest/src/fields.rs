@@ -354,6 +354,7 @@ fn record_fields(kind: MetaKind, name: &str, at: usize) -> Vec<Field> {
         ],
         MetaKind::BmapBtree => extent_fields(name, at),
         MetaKind::DirBtree => vec![field("hash", 0, 4), field("address", 4, 4)],
+        MetaKind::AttrBtree => vec![field("hash", 0, 4), field("seq", 4, 4), field("leaf", 8, 8)],
         _ => Vec::new(),
     }
 }
@@ -405,7 +406,57 @@ fn inode_fields(unit: &[u8]) -> Vec<Field> {
     let attr_at = (attr_offset > 0).then(|| literal + 8 * attr_offset);
     fields.extend(fork_fields("data", unit[50], literal, unit));
     if let Some(at) = attr_at {
-        fields.extend(fork_fields("attr", unit[51], at, unit));
+        match unit[51] {
+            // The index form's root: the tree's root and height, and the fill leaf.
+            3 => fields.extend([
+                Field::bits("attr.index.root", at, 0, 56),
+                Field::new("attr.index.levels", at + 7, 1),
+                Field::new("attr.index.fill", at + 8, 8),
+            ]),
+            format => fields.extend(fork_fields("attr", format, at, unit)),
+        }
+        if unit[51] == 1 {
+            fields.extend(short_form_acl_fields(unit, at));
+        }
+    }
+    fields
+}
+
+/// The ACL values of a short-form attr fork at byte `at` (entries: namespace u8, name_len
+/// u8, value_len u16, name, value; the System namespace is 3).
+fn short_form_acl_fields(unit: &[u8], at: usize) -> Vec<Field> {
+    let mut fields = Vec::new();
+    let count = get_u16(unit, at);
+    let mut entry = at + 4;
+    for index in 0..count {
+        if entry + 4 > unit.len() {
+            break;
+        }
+        let name_len = usize::from(unit[entry + 1]);
+        let value_len = usize::from(get_u16(unit, entry + 2));
+        let value = entry + 4 + name_len;
+        if unit[entry] == 3 {
+            fields.extend(acl_fields(&format!("attr.sf[{index}]"), value, value_len));
+        }
+        entry = value + value_len;
+    }
+    fields
+}
+
+/// A POSIX ACL value of `len` bytes at byte `at`: its version, and the tag, permissions and
+/// id of its first, a middle and its last entry.
+fn acl_fields(name: &str, at: usize, len: usize) -> Vec<Field> {
+    let mut fields = vec![Field::new(format!("{name}.acl.version"), at, 4)];
+    let count = len.saturating_sub(4) / 8;
+    let mut chosen = vec![0, count / 2, count.saturating_sub(1)];
+    chosen.retain(|&i| i < count);
+    chosen.dedup();
+    for index in chosen {
+        let entry = at + 4 + 8 * index;
+        let part = |what: &str| format!("{name}.acl[{index}].{what}");
+        fields.push(Field::new(part("tag"), entry, 2));
+        fields.push(Field::new(part("perm"), entry + 2, 2));
+        fields.push(Field::new(part("id"), entry + 4, 4));
     }
     fields
 }
@@ -484,7 +535,8 @@ fn dir_data_fields(unit: &[u8]) -> Vec<Field> {
     fields
 }
 
-/// An xattr leaf: count, reserved, used bytes, the first and last table entry and record.
+/// An xattr leaf: count, reserved, used bytes, the first and last table entry and record,
+/// and those of every entry of the System namespace (POSIX ACLs) with its value's fields.
 fn attr_leaf_fields(unit: &[u8]) -> Vec<Field> {
     let mut fields = listed(&[
         ("count", 48, 2),
@@ -492,7 +544,11 @@ fn attr_leaf_fields(unit: &[u8]) -> Vec<Field> {
         ("used_bytes", 52, 4),
     ]);
     let count = usize::from(get_u16(unit, 48));
+    let entry_slot = |index: usize| XATTR_LEAF_HEADER_SIZE + 12 * index;
+    let system = |index: usize| unit.get(entry_slot(index) + 8).is_some_and(|f| f & 3 == 3);
     let mut chosen = vec![0, count.saturating_sub(1)];
+    chosen.extend((0..count).filter(|&i| system(i)));
+    chosen.sort_unstable();
     chosen.dedup();
     for index in chosen.into_iter().filter(|&i| i < count) {
         let slot = XATTR_LEAF_HEADER_SIZE + 12 * index;
@@ -508,6 +564,12 @@ fn attr_leaf_fields(unit: &[u8]) -> Vec<Field> {
             fields.push(Field::new(name("name_len"), record + 4, 1));
             fields.push(Field::new(name("name[0]"), record + 5, 1));
             fields.push(Field::new(name("value[0..8]"), record + 5 + name_len, 8));
+            let value_len = get_u32(unit, record) as usize;
+            let local = unit.get(slot + 8).is_some_and(|f| f & 0x80 == 0);
+            if system(index) && local {
+                let value = record + 5 + name_len;
+                fields.extend(acl_fields(&format!("entry[{index}]"), value, value_len));
+            }
         }
     }
     fields

@@ -5,7 +5,11 @@
 //! inode per chunk: a two-level free-inode tree), a file of 1,500 separate extents (an
 //! extent tree with node and leaf blocks), free space cut into 150 holes (two-level
 //! free-space trees), short-form and leaf-block attributes and a remote attribute value,
-//! inline and remote symlinks, a FIFO, hard links and nested directories.
+//! inline and remote symlinks, a FIFO, hard links and nested directories, and the attribute
+//! forms of issue 19: a file of 400 attributes (the index form: a two-level index tree over
+//! some twenty leaves, with remote values and an ACL among them) and POSIX ACLs in an
+//! inode's short form (a file's access ACL, a directory's access and default ACLs) and in a
+//! leaf block.
 //!
 //! It also takes the reference the sweep compares a repaired image with: every inode the
 //! walk reaches with its contents, target and attributes, and every (directory, name, inode)
@@ -15,6 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use cairn_blockdev::MemDevice;
+use cairn_format::acl::{Acl, AclEntry, AclTag};
 use cairn_format::{Geometry, Superblock};
 use cairn_fs::{Credentials, FileKind, Filesystem, FsError, MountOptions, XattrFlags};
 
@@ -33,6 +38,11 @@ const BIG_DIR_REMOVE_EVERY: usize = 64;
 const FRAG_EXTENTS: u64 = 1500;
 /// One-block files made and every other one removed, leaving holes in free space.
 const HOLE_FILES: usize = 300;
+/// Attributes of the file in index form (with 1 KiB blocks: about twenty leaves, and an
+/// index tree of seven leaves under a root).
+const INDEX_FORM_ATTRS: usize = 400;
+const ACCESS_ACL: &[u8] = b"system.posix_acl_access";
+const DEFAULT_ACL: &[u8] = b"system.posix_acl_default";
 
 /// What the walk saw of a filesystem: inodes by number and every entry.
 #[derive(Debug, Clone, Default)]
@@ -92,15 +102,21 @@ pub fn build_base() -> Result<Base, CrashError> {
     })
 }
 
-/// Mounts a copy of `bytes`, walks it (reading no file past the device's size: a damaged
-/// size may be huge) and unmounts it.
+/// Mounts a copy of `bytes`, walks it (see `walk_snapshot`) and unmounts it.
 pub fn snapshot_of(bytes: &[u8]) -> Result<Snapshot, CrashError> {
     let device = Arc::new(MemDevice::from_image(bytes.to_vec(), SECTOR_BYTES)?);
     let fs = image::mount(&device).map_err(fs_error("mount"))?;
-    let root = fs.root();
-    let tree = walk::walk_any_names(&fs, BASE_DEVICE_BYTES)
-        .map_err(|e| CrashError::Setup(format!("walk: {e}")))?;
+    let snapshot = walk_snapshot(&fs)?;
     fs.unmount().map_err(fs_error("unmount"))?;
+    Ok(snapshot)
+}
+
+/// What the walk of the mounted `fs` sees (reading no file past the base device's size: a
+/// damaged size may be huge).
+pub fn walk_snapshot(fs: &Filesystem) -> Result<Snapshot, CrashError> {
+    let root = fs.root();
+    let tree = walk::walk_any_names(fs, BASE_DEVICE_BYTES)
+        .map_err(|e| CrashError::Setup(format!("walk: {e}")))?;
     let mut snapshot = Snapshot {
         root,
         ..Snapshot::default()
@@ -180,6 +196,8 @@ fn populate(fs: &Filesystem) -> Result<BTreeMap<&'static str, u64>, CrashError> 
         ("ln", short_link),
         ("long-link", long_link),
     ]);
+    roles.extend(acl_holders(fs, b)?);
+    roles.insert("many-attrs", index_form_file(fs)?);
     roles.insert("big", big_directory(fs)?);
     roles.insert("frag", fragmented_file(fs)?);
     cut_free_space(fs, e)?;
@@ -250,4 +268,88 @@ fn cut_free_space(fs: &Filesystem, dir: u64) -> Result<(), CrashError> {
             .map_err(fs_error("unlink"))?;
     }
     Ok(())
+}
+
+/// An ACL granting a named user and a named group, with its mask (`extra`: more entries,
+/// to tell values apart).
+fn acl_value(user: u32, group: u32, extra: u32) -> Result<Vec<u8>, CrashError> {
+    let mut entries = vec![AclEntry {
+        tag: AclTag::UserObj,
+        perm: 7,
+    }];
+    entries.extend((0..=extra).map(|index| AclEntry {
+        tag: AclTag::User(user + index),
+        perm: 6,
+    }));
+    entries.extend([
+        AclEntry {
+            tag: AclTag::GroupObj,
+            perm: 5,
+        },
+        AclEntry {
+            tag: AclTag::Group(group),
+            perm: 4,
+        },
+        AclEntry {
+            tag: AclTag::Mask,
+            perm: 7,
+        },
+        AclEntry {
+            tag: AclTag::Other,
+            perm: 1,
+        },
+    ]);
+    Acl { entries }
+        .encode()
+        .map_err(|e| CrashError::Setup(format!("acl: {e}")))
+}
+
+/// ACLs in inodes' short forms (a file's access ACL; a directory's access and default ACLs)
+/// and in `leaf_dir`'s attribute leaf block (its access and default ACLs).
+fn acl_holders(fs: &Filesystem, leaf_dir: u64) -> Result<Vec<(&'static str, u64)>, CrashError> {
+    let who = Credentials::root();
+    let set = |inode, name: &[u8], value: Vec<u8>| {
+        fs.setxattr(inode, name, &value, XattrFlags::Any, &who)
+            .map_err(fs_error("setxattr"))
+    };
+    let file = fs
+        .create(fs.root(), b"acl-file", FileKind::Regular, 0o640, 0, &who)
+        .map_err(fs_error("create"))?
+        .inode;
+    fs.write(file, 0, &pattern(8, 0, 3000))
+        .map_err(fs_error("write"))?;
+    set(file, ACCESS_ACL, acl_value(1000, 100, 0)?)?;
+    let dir = fs
+        .mkdir(fs.root(), b"acl-dir", 0o750, &who)
+        .map_err(fs_error("mkdir"))?
+        .inode;
+    set(dir, ACCESS_ACL, acl_value(2000, 200, 1)?)?;
+    set(dir, DEFAULT_ACL, acl_value(3000, 300, 2)?)?;
+    set(leaf_dir, ACCESS_ACL, acl_value(4000, 400, 3)?)?;
+    set(leaf_dir, DEFAULT_ACL, acl_value(5000, 500, 4)?)?;
+    Ok(vec![("acl-file", file), ("acl-dir", dir)])
+}
+
+/// A file whose attributes need the index form: `INDEX_FORM_ATTRS` short values, two remote
+/// ones and an access ACL.
+fn index_form_file(fs: &Filesystem) -> Result<u64, CrashError> {
+    let who = Credentials::root();
+    let file = fs
+        .create(fs.root(), b"many-attrs", FileKind::Regular, 0o644, 0, &who)
+        .map_err(fs_error("create"))?
+        .inode;
+    let set = |name: &[u8], value: &[u8]| {
+        fs.setxattr(file, name, value, XattrFlags::Any, &who)
+            .map_err(fs_error("setxattr"))
+    };
+    for index in 0..INDEX_FORM_ATTRS {
+        let name = format!("user.attr-{index:04}");
+        set(name.as_bytes(), &pattern(10_000 + index as u64, 0, 24))?;
+        if index == INDEX_FORM_ATTRS / 3 {
+            set(b"user.remote-a", &pattern(9, 0, 3000))?;
+            set(ACCESS_ACL, &acl_value(6000, 600, 5)?)?;
+        }
+    }
+    set(b"user.remote-b", &pattern(11, 0, 1500))?;
+    Ok(file)
 }

@@ -8,27 +8,31 @@
 //! clean after an unmount.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use cairn_blockdev::MemDevice;
+use cairn_blockdev::{BlockDevice, FileDevice, OpenOptions};
 use cairn_format::btree_block::{BtreeHeader, BtreeLayout};
 use cairn_format::dir::dir_data_entries;
 use cairn_format::header::{HEADER_SIZE, MetaHeader, stamp};
 use cairn_format::log::{LOG_RECORD_MAGIC, log_header_crc};
 use cairn_format::ondisk::{get_u32, put_u32};
+use cairn_format::xattr::{Namespace, XattrLeaf};
 use cairn_format::{Extent, MetaKind, OnDisk};
-use cairn_fs::{Credentials, FileKind};
+use cairn_fs::{Credentials, FileKind, Filesystem, MountOptions};
 use cairn_fsck::repair::{Mode, RepairOptions, repair_path};
 use cairn_fsck::{Progress, check_path};
 
 use crate::fields::{Field, MetaKindKey, UnitKind, Verb, fields_of, recompute_crc};
 use crate::image::{self, SECTOR_BYTES, TEST_UUID};
 use crate::panic_message;
-use crate::repair_base::{Base, Snapshot, snapshot_of};
+use crate::repair_base::{Base, Snapshot, walk_snapshot};
+use crate::walk::Seen;
 use crate::workload::Rng;
 
 /// A case still running after this long counts as a hang (a watchdog, not a speed check).
@@ -102,7 +106,8 @@ pub struct Losses {
     pub inodes: u64,
     pub names: u64,
     pub contents: u64,
-    pub xattr_sets: u64,
+    /// Attributes lost or changed.
+    pub xattrs: u64,
 }
 
 impl Losses {
@@ -110,7 +115,7 @@ impl Losses {
         self.inodes += other.inodes;
         self.names += other.names;
         self.contents += other.contents;
-        self.xattr_sets += other.xattr_sets;
+        self.xattrs += other.xattrs;
     }
 }
 
@@ -134,7 +139,8 @@ pub struct Held {
     pub inodes: BTreeSet<u64>,
     /// (directory, name) entries held.
     pub names: BTreeSet<(u64, String)>,
-    pub xattrs_of: BTreeSet<u64>,
+    /// (inode, full name) of the attributes held: a damaged attribute leaf's.
+    pub xattrs: BTreeSet<(u64, Vec<u8>)>,
     /// File byte ranges held, per inode.
     pub ranges: BTreeMap<u64, Vec<(u64, u64)>>,
 }
@@ -194,7 +200,7 @@ fn meta_kind(bytes: &[u8]) -> Option<MetaKind> {
 
 /// The units the sweep damages: for each kind, the units that play a distinct part (every
 /// AG's headers, each tree's root and first and last leaf, the role inodes, the big
-/// directory's first, middle and last data blocks, ...).
+/// directory's first, middle and last data blocks, the attribute leaves holding ACLs, ...).
 pub fn select_units(base: &Base) -> Vec<Unit> {
     let units = all_units(base);
     let mut chosen: Vec<Unit> = Vec::new();
@@ -258,6 +264,7 @@ fn sample_blocks(base: &Base, blocks: &[&Unit]) -> Vec<Unit> {
         if let Some(first) = list.iter().position(|u| is_dir_block_zero(base, u)) {
             picks.push(first);
         }
+        picks.extend(list.iter().position(|u| holds_acl(base, u)));
         picks.sort_unstable();
         picks.dedup();
         chosen.extend(picks.into_iter().take(6).map(|i| list[i].clone()));
@@ -270,6 +277,18 @@ fn is_tree(kind: UnitKind) -> bool {
         return false;
     };
     BtreeLayout::for_kind(key.kind(), 1024).is_some()
+}
+
+/// Whether `unit` is an attribute leaf holding a POSIX ACL.
+fn holds_acl(base: &Base, unit: &Unit) -> bool {
+    unit.kind == UnitKind::Meta(MetaKindKey::of(MetaKind::AttrBlock))
+        && XattrLeaf::decode_block(&base.bytes[unit.offset..unit.offset + unit.len]).is_ok_and(
+            |leaf| {
+                leaf.entries
+                    .iter()
+                    .any(|e| e.namespace == Namespace::System)
+            },
+        )
 }
 
 /// Whether `unit` is a directory's data block 0 (the one holding the markers).
@@ -359,38 +378,58 @@ pub fn fast_cases(base: &Base, units: &[Unit]) -> Vec<Case> {
     cases
 }
 
-/// The base image with `damage` applied to `unit`, or `None` if no byte changed.
-pub fn damaged(base: &Base, unit: &Unit, damage: &Damage) -> Option<Vec<u8>> {
-    let mut bytes = base.bytes.clone();
+/// A damage as what it writes over the base image: `bytes` at byte `offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Patch {
+    pub offset: usize,
+    pub bytes: Vec<u8>,
+}
+
+impl Patch {
+    /// The unit's bytes as the patch leaves them (the patch covers the unit).
+    fn unit<'a>(&'a self, unit: &Unit) -> &'a [u8] {
+        let from = unit.offset - self.offset;
+        &self.bytes[from..from + unit.len]
+    }
+}
+
+/// `damage` applied to `unit` of the base image, as a patch over the block (or inode, or log
+/// record header) holding it, or `None` if no byte changed.
+pub fn damaged(base: &Base, unit: &Unit, damage: &Damage) -> Option<Patch> {
     let block_bytes = base.geometry.block_size as usize;
+    let (offset, len) = match damage {
+        Damage::Zero => (unit.offset / block_bytes * block_bytes, block_bytes),
+        _ => (unit.offset, unit.len),
+    };
+    let mut bytes = base.bytes[offset..offset + len].to_vec();
+    let raw = &mut bytes[unit.offset - offset..unit.offset - offset + unit.len];
     match damage {
-        Damage::BitFlip(bit) => bytes[unit.offset + bit / 8] ^= 1 << (bit % 8),
-        Damage::Zero => {
-            let start = unit.offset / block_bytes * block_bytes;
-            bytes[start..start + block_bytes].fill(0);
-        }
+        Damage::BitFlip(bit) => raw[bit / 8] ^= 1 << (bit % 8),
+        Damage::Zero => raw.fill(0),
         Damage::Garbage(seed) => {
             let mut rng = Rng(*seed);
-            for byte in &mut bytes[unit.offset..unit.offset + unit.len] {
+            for byte in raw.iter_mut() {
                 *byte = rng.next_u64() as u8;
             }
         }
         Damage::Field { field, verb } => {
-            let raw = &mut bytes[unit.offset..unit.offset + unit.len];
             let old = field.get(raw)?;
             field.set(raw, field.apply(*verb, old));
             if recompute_crc(unit.kind, field) {
-                restamp(unit, &mut bytes);
+                restamp(unit.kind, raw);
             }
         }
     }
-    (bytes != base.bytes).then_some(bytes)
+    // A zeroed block is zeroed whole, not only the unit in it.
+    if *damage == Damage::Zero {
+        bytes.fill(0);
+    }
+    (bytes != base.bytes[offset..offset + len]).then_some(Patch { offset, bytes })
 }
 
-/// Recomputes the CRC of `unit` in `bytes` (a log record's header CRC).
-fn restamp(unit: &Unit, bytes: &mut [u8]) {
-    let raw = &mut bytes[unit.offset..unit.offset + unit.len];
-    match unit.kind {
+/// Recomputes the CRC of `raw`, a unit of `kind` (a log record's header CRC).
+fn restamp(kind: UnitKind, raw: &mut [u8]) {
+    match kind {
         UnitKind::Meta(_) => stamp(raw, None),
         UnitKind::LogRecord => {
             let crc = log_header_crc(raw);
@@ -401,8 +440,8 @@ fn restamp(unit: &Unit, bytes: &mut [u8]) {
 
 /// What `unit` held in the base image (`damage` zeroing an inode's block holds every inode
 /// of that block), and for an extent tree leaf also what its records map after the damage
-/// (`damaged`, the damaged image): a record moved to a hole shows its data there, which no
-/// check can tell from the truth.
+/// (`damaged`, the unit's bytes after the damage): a record moved to a hole shows its data
+/// there, which no check can tell from the truth.
 pub fn held(base: &Base, unit: &Unit, damage: &Damage, damaged: &[u8]) -> Held {
     let mut held = Held::default();
     let UnitKind::Meta(key) = unit.kind else {
@@ -428,20 +467,38 @@ pub fn held(base: &Base, unit: &Unit, damage: &Damage, damaged: &[u8]) -> Held {
         MetaKind::DirData => hold_dir_block(raw, header.owner, &mut held),
         MetaKind::BmapBtree => {
             hold_bmap_subtree(base, header.blkno, header.owner, &mut held);
-            let now = &damaged[unit.offset..unit.offset + unit.len];
-            for extent in leaf_extents(now) {
+            for extent in leaf_extents(damaged) {
                 hold_extent(base, header.owner, &extent, &mut held);
             }
         }
-        MetaKind::AttrBlock | MetaKind::AttrBtree => {
-            held.xattrs_of.insert(header.owner);
-        }
+        // An attribute index tree is derived from the leaves: it holds nothing.
+        MetaKind::AttrBlock => hold_attr_leaf(raw, header.owner, &mut held),
         MetaKind::SymlinkBlock => {
             held.inodes.insert(header.owner);
         }
         _ => {}
     }
     held
+}
+
+fn hold_attr_leaf(raw: &[u8], inode: u64, held: &mut Held) {
+    if let Ok(leaf) = XattrLeaf::decode_block(raw) {
+        for entry in &leaf.entries {
+            let name = full_xattr_name(entry.namespace, &entry.name);
+            held.xattrs.insert((inode, name));
+        }
+    }
+}
+
+/// An attribute's name as listed: its namespace's prefix, a dot, its stored name.
+fn full_xattr_name(namespace: Namespace, name: &[u8]) -> Vec<u8> {
+    let prefix: &[u8] = match namespace {
+        Namespace::User => b"user.",
+        Namespace::Trusted => b"trusted.",
+        Namespace::Security => b"security.",
+        Namespace::System => b"system.",
+    };
+    [prefix, name].concat()
 }
 
 fn hold_dir_block(raw: &[u8], dir: u64, held: &mut Held) {
@@ -531,11 +588,10 @@ pub fn compare(base: &Base, held: &Held, after: &Snapshot) -> (Losses, Vec<Strin
             }
             continue;
         };
-        if now.xattrs != seen.xattrs {
-            losses.xattr_sets += 1;
-            if !is_held && !held.xattrs_of.contains(&inode) {
-                failures.push(format!("inode {inode}: attributes differ"));
-            }
+        let (lost, unheld) = xattr_losses(held, inode, seen, now);
+        losses.xattrs += lost;
+        if !is_held && let Some(what) = unheld {
+            failures.push(format!("inode {inode}: {what}"));
         }
         if seen.kind == FileKind::Directory {
             // A directory's size follows its entries, which are compared below.
@@ -568,6 +624,44 @@ pub fn compare(base: &Base, held: &Held, after: &Snapshot) -> (Losses, Vec<Strin
         }
     }
     (losses, failures)
+}
+
+/// The attributes of inode `inode` that the repaired image (`now`) lost or changed against
+/// the reference (`seen`), and the first such change the damaged unit did not hold (an
+/// attribute that was not there before is allowed only where the damaged unit held some
+/// of the inode's attributes: a damaged name).
+fn xattr_losses(held: &Held, inode: u64, seen: &Seen, now: &Seen) -> (u64, Option<String>) {
+    let holds = |name: &Vec<u8>| held.xattrs.contains(&(inode, name.clone()));
+    let mut lost = 0;
+    let mut unheld = None;
+    for (name, value) in &seen.xattrs {
+        if now.xattrs.get(name) == Some(value) {
+            continue;
+        }
+        lost += 1;
+        if !holds(name) && unheld.is_none() {
+            let shown = String::from_utf8_lossy(name);
+            unheld = Some(format!("attribute {shown} lost or changed"));
+        }
+    }
+    let any_held = held
+        .xattrs
+        .range((inode, Vec::new())..)
+        .next()
+        .is_some_and(|h| h.0 == inode);
+    if let Some(name) = now
+        .xattrs
+        .keys()
+        .find(|name| !seen.xattrs.contains_key(*name))
+        && !any_held
+        && unheld.is_none()
+    {
+        unheld = Some(format!(
+            "attribute {} appeared",
+            String::from_utf8_lossy(name)
+        ));
+    }
+    (lost, unheld)
 }
 
 /// Whether `a` and `b` are equal outside `ranges` (byte ranges).
@@ -621,25 +715,26 @@ fn fsck(path: &Path, mode: Option<Mode>) -> Result<(u8, usize, Vec<String>), Str
 
 /// Runs one case in a thread watched for hangs, with its image file in `scratch`.
 pub fn run_case(base: &Arc<Base>, unit: &Unit, damage: &Damage, scratch: &Path) -> CaseReport {
-    let Some(bytes) = damaged(base, unit, damage) else {
+    let Some(patch) = damaged(base, unit, damage) else {
         return CaseReport {
             no_change: true,
             ..CaseReport::default()
         };
     };
-    let held = held(base, unit, damage, &bytes);
+    let held = held(base, unit, damage, patch.unit(unit));
     let (send, receive) = mpsc::channel();
     let base = Arc::clone(base);
     let path = scratch.join("image");
     let spawned = std::thread::Builder::new()
         .name("repair-case".into())
         .spawn(move || {
-            let mut report =
-                catch_unwind(AssertUnwindSafe(|| repair_case(&base, bytes, &held, &path)))
-                    .unwrap_or_else(|panic| CaseReport {
-                        failures: vec![format!("panic: {}", panic_message(panic.as_ref()))],
-                        ..CaseReport::default()
-                    });
+            let mut report = catch_unwind(AssertUnwindSafe(|| {
+                repair_case(&base, &patch, &held, &path)
+            }))
+            .unwrap_or_else(|panic| CaseReport {
+                failures: vec![format!("panic: {}", panic_message(panic.as_ref()))],
+                ..CaseReport::default()
+            });
             shorten(&mut report.failures);
             // The receiver is gone only after a hang was reported; nothing to do then.
             let _ = send.send(report);
@@ -658,17 +753,45 @@ pub fn run_case(base: &Arc<Base>, unit: &Unit, damage: &Damage, scratch: &Path) 
         })
 }
 
-/// Repairs `bytes` through the image file at `path` and judges the result.
-fn repair_case(base: &Base, bytes: Vec<u8>, held: &Held, path: &Path) -> CaseReport {
+/// Writes the base image with `patch` over it to the file at `path` (a worker reuses its
+/// file: its pages are overwritten, not allocated again).
+fn write_image(base: &Base, patch: &Patch, path: &Path) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    file.write_all_at(&base.bytes, 0)?;
+    file.write_all_at(&patch.bytes, patch.offset as u64)?;
+    file.set_len(base.bytes.len() as u64)
+}
+
+/// The CRC32C of the file at `path` (read a piece at a time).
+fn image_crc(path: &Path) -> std::io::Result<u32> {
+    let mut file = std::fs::File::open(path)?;
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut crc = 0;
+    loop {
+        let read = file.read(&mut buffer)?;
+        if read == 0 {
+            return Ok(crc);
+        }
+        crc = crc32c::crc32c_append(crc, &buffer[..read]);
+    }
+}
+
+/// Repairs the base image with `patch` through the image file at `path` and judges the
+/// result.
+fn repair_case(base: &Base, patch: &Patch, held: &Held, path: &Path) -> CaseReport {
     let mut report = CaseReport::default();
     let fail = |report: &mut CaseReport, what: String| report.failures.push(what);
-    if let Err(error) = std::fs::write(path, &bytes) {
+    if let Err(error) = write_image(base, patch, path) {
         fail(&mut report, format!("cannot write the image: {error}"));
         return report;
     }
     // To look at a case by hand: its damaged image is kept where this names.
     if let Some(keep) = std::env::var_os("CAIRN_SWEEP_KEEP") {
-        let _ = std::fs::write(keep, &bytes);
+        let _ = std::fs::copy(path, keep);
     }
     match fsck(path, Some(Mode::Yes)) {
         Ok((exit, actions, left)) => {
@@ -692,7 +815,7 @@ fn repair_case(base: &Base, bytes: Vec<u8>, held: &Held, path: &Path) -> CaseRep
         ),
         Err(panic) => fail(&mut report, format!("-n: {panic}")),
     }
-    let repaired = std::fs::read(path).unwrap_or_default();
+    let repaired = image_crc(path);
     match fsck(path, Some(Mode::Yes)) {
         Ok((0, _, _)) => {}
         Ok((exit, _, left)) => {
@@ -703,22 +826,23 @@ fn repair_case(base: &Base, bytes: Vec<u8>, held: &Held, path: &Path) -> CaseRep
         }
         Err(panic) => fail(&mut report, format!("second -y: {panic}")),
     }
-    if std::fs::read(path).unwrap_or_default() != repaired {
-        fail(&mut report, "the second -y changed the image".into());
+    match (repaired, image_crc(path)) {
+        (Ok(before), Ok(after)) if before == after => {}
+        (Ok(_), Ok(_)) => fail(&mut report, "the second -y changed the image".into()),
+        (Err(error), _) | (_, Err(error)) => {
+            fail(&mut report, format!("cannot read the image: {error}"));
+        }
     }
     if !report.failures.is_empty() {
         return report;
     }
-    match snapshot_of(&repaired) {
+    match inspect_repaired(path) {
         Ok(after) => {
             let (losses, failures) = compare(base, held, &after);
             report.losses = losses;
             report.failures.extend(failures);
         }
-        Err(error) => fail(&mut report, format!("the repaired image: {error}")),
-    }
-    if let Err(error) = still_usable(repaired) {
-        fail(&mut report, error);
+        Err(error) => fail(&mut report, error),
     }
     report
 }
@@ -741,10 +865,15 @@ fn summary(lines: &[String]) -> String {
     text
 }
 
-/// Mounts the repaired image, creates and writes a file, unmounts and checks it.
-fn still_usable(bytes: Vec<u8>) -> Result<(), String> {
-    let device = Arc::new(MemDevice::from_image(bytes, SECTOR_BYTES).map_err(|e| e.to_string())?);
-    let fs = image::mount(&device).map_err(|e| format!("mount after repair: {e}"))?;
+/// Mounts the repaired image file at `path` and walks it, then creates and writes a file,
+/// unmounts and checks it; returns what the walk saw.
+fn inspect_repaired(path: &Path) -> Result<Snapshot, String> {
+    let options = OpenOptions::new().buffered().sector_size(SECTOR_BYTES);
+    let device = FileDevice::open(path, &options).map_err(|e| format!("open: {e}"))?;
+    let device: Arc<dyn BlockDevice> = Arc::new(device);
+    let fs = Filesystem::mount(device.clone(), MountOptions::default())
+        .map_err(|e| format!("mount after repair: {e}"))?;
+    let after = walk_snapshot(&fs).map_err(|e| format!("the repaired image: {e}"))?;
     let who = Credentials::root();
     let made = fs
         .create(
@@ -761,7 +890,9 @@ fn still_usable(bytes: Vec<u8>) -> Result<(), String> {
     }
     fs.unmount()
         .map_err(|e| format!("unmount after repair: {e}"))?;
-    image::fsck(device.as_ref()).map_err(|e| format!("after a create on the repaired image: {e}"))
+    image::fsck(device.as_ref())
+        .map_err(|e| format!("after a create on the repaired image: {e}"))?;
+    Ok(after)
 }
 
 /// Counts of a sweep, per unit kind.
@@ -830,7 +961,7 @@ impl SweepTally {
                 kind.losses.inodes,
                 kind.losses.names,
                 kind.losses.contents,
-                kind.losses.xattr_sets
+                kind.losses.xattrs
             ));
         }
         out
