@@ -1,13 +1,9 @@
-//! One cached buffer: its identity, its lock-free state word, and its locked contents.
-//!
-//! The state word packs everything a lock-free reader or the reclaimer must decide on in one
-//! atomic, so "take a hold" and "mark dead if unheld" are single read-modify-writes on the same
-//! word and cannot interleave: either the hold lands first and reclaim's compare-exchange
-//! fails, or reclaim lands first and the reader sees `DEAD` and lets go.
+//! One cached buffer: its identity, its lock-free state word (`state.rs` has the protocol),
+//! and its locked contents.
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU32;
 
 use cairn_blockdev::AlignedBuf;
 use cairn_format::{FsBlock, Lsn};
@@ -16,6 +12,7 @@ use parking_lot::Mutex;
 use crate::BufCacheError;
 use crate::ops::BufferOps;
 use crate::ranges::DirtyRanges;
+use crate::state::{DIRTY, STALE, StateWord, pins};
 
 /// A buffer's identity: start block and length in blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -40,26 +37,6 @@ impl BufKey {
     }
 }
 
-/// Holds: callers with a reference from `get` (or write-back), bits 0..24.
-pub(crate) const HOLD_ONE: u64 = 1;
-pub(crate) const HOLD_MASK: u64 = (1 << 24) - 1;
-/// Pins: log items whose changes are not checkpointed yet, bits 24..48.
-pub(crate) const PIN_ONE: u64 = 1 << 24;
-pub(crate) const PIN_MASK: u64 = ((1 << 24) - 1) << 24;
-/// Has changes not yet written home.
-pub(crate) const DIRTY: u64 = 1 << 48;
-/// Freed metadata: never written home, never returned by a lookup.
-pub(crate) const STALE: u64 = 1 << 49;
-/// Removed from the index; a lookup that holds it must let go and look again.
-pub(crate) const DEAD: u64 = 1 << 50;
-/// Has an entry in the LRU queue.
-pub(crate) const ON_LRU: u64 = 1 << 51;
-/// Has an entry in the delayed-write queue.
-pub(crate) const DELWRI_Q: u64 = 1 << 52;
-
-/// What reclaim may not take: anything held, pinned, dirty or already dead.
-pub(crate) const UNRECLAIMABLE: u64 = HOLD_MASK | PIN_MASK | DIRTY | DEAD;
-
 /// The part of a buffer only its lock holder touches.
 #[derive(Debug)]
 pub(crate) struct BufData {
@@ -79,7 +56,7 @@ pub(crate) struct Buffer {
     pub(crate) key: BufKey,
     /// Index of the AG shard the buffer lives in.
     pub(crate) ag: usize,
-    pub(crate) state: AtomicU64,
+    pub(crate) state: StateWord,
     pub(crate) lru_ref: AtomicU32,
     pub(crate) data: Arc<Mutex<BufData>>,
 }
@@ -88,10 +65,7 @@ impl fmt::Debug for Buffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Buffer")
             .field("key", &self.key)
-            .field(
-                "state",
-                &format_args!("{:#x}", self.state.load(Ordering::Relaxed)),
-            )
+            .field("state", &format_args!("{:#x}", self.state.peek()))
             .finish_non_exhaustive()
     }
 }
@@ -114,64 +88,15 @@ impl Buffer {
         Self {
             key,
             ag,
-            state: AtomicU64::new(HOLD_ONE),
+            state: StateWord::held_once(),
             lru_ref: AtomicU32::new(1),
             data: Arc::new(Mutex::new(data)),
         }
     }
 
-    #[inline]
-    pub(crate) fn load_state(&self) -> u64 {
-        self.state.load(Ordering::Acquire)
-    }
-
-    /// Takes a hold; returns the state before. The caller checks `STALE`/`DEAD` if needed.
-    #[inline]
-    pub(crate) fn hold(&self) -> u64 {
-        let prev = self.state.fetch_add(HOLD_ONE, Ordering::Acquire);
-        debug_assert!(prev & HOLD_MASK < HOLD_MASK, "hold count overflow");
-        prev
-    }
-
-    /// Drops one hold; returns the state before.
-    #[inline]
-    pub(crate) fn unhold(&self) -> u64 {
-        let prev = self.state.fetch_sub(HOLD_ONE, Ordering::Release);
-        debug_assert!(prev & HOLD_MASK > 0, "hold count underflow");
-        prev
-    }
-
-    pub(crate) fn set_flags(&self, flags: u64) -> u64 {
-        self.state.fetch_or(flags, Ordering::AcqRel)
-    }
-
-    pub(crate) fn clear_flags(&self, flags: u64) -> u64 {
-        self.state.fetch_and(!flags, Ordering::AcqRel)
-    }
-
     pub(crate) fn len_bytes(&self, block_size: u32) -> u64 {
         u64::from(self.key.block_count) * u64::from(block_size)
     }
-
-    pub(crate) fn unpin(&self) -> Result<(), BufCacheError> {
-        let result = self
-            .state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                (s & PIN_MASK != 0).then_some(s - PIN_ONE)
-            });
-        result.map(|_| ()).map_err(|_| BufCacheError::NotPinned {
-            block: self.key.block,
-        })
-    }
-}
-
-/// Hold and pin count of a state word.
-pub(crate) fn holds(state: u64) -> u64 {
-    state & HOLD_MASK
-}
-
-pub(crate) fn pins(state: u64) -> u32 {
-    ((state & PIN_MASK) >> 24) as u32
 }
 
 /// An unlocked reference to a buffer, for the journal: it keeps the buffer's memory alive
@@ -195,18 +120,24 @@ impl BufHandle {
     /// Drops one pin: the changes it stood for are checkpointed, so the buffer may be written
     /// home. `NotPinned` if it was not pinned.
     pub fn unpin(&self) -> Result<(), BufCacheError> {
-        self.buffer.unpin()
+        if self.buffer.state.unpin() {
+            Ok(())
+        } else {
+            Err(BufCacheError::NotPinned {
+                block: self.buffer.key.block,
+            })
+        }
     }
 
     pub fn pin_count(&self) -> u32 {
-        pins(self.buffer.load_state())
+        pins(self.buffer.state.load())
     }
 
     pub fn is_stale(&self) -> bool {
-        self.buffer.load_state() & STALE != 0
+        self.buffer.state.load() & STALE != 0
     }
 
     pub fn is_dirty(&self) -> bool {
-        self.buffer.load_state() & DIRTY != 0
+        self.buffer.state.load() & DIRTY != 0
     }
 }

@@ -15,12 +15,13 @@ use cairn_lockrank::{Mutex, Order, Rank, Token, acquire};
 use crossbeam::utils::CachePadded;
 
 use crate::BufCacheError;
-use crate::buffer::{BufKey, Buffer, DEAD, DELWRI_Q, DIRTY, ON_LRU, STALE, holds};
+use crate::buffer::{BufKey, Buffer};
 use crate::config::{AgMap, BUFFER_BYTES_MAX, CacheConfig};
 use crate::guard::BufGuard;
 use crate::lookaside::{Fill, Lookaside, Source};
 use crate::ops::{BufferOps, LRU_REF_MAX, ReadSpec};
 use crate::shard::{AgShard, Index};
+use crate::state::{DEAD, DELWRI_Q, STALE};
 use crate::stats::{Counter, Stats, StatsSnapshot};
 
 /// What a lookup does when the buffer is not cached.
@@ -161,7 +162,7 @@ impl BufferCache {
         {
             return true;
         }
-        let live = |buffer: &Arc<Buffer>| buffer.load_state() & (STALE | DEAD) == 0;
+        let live = |buffer: &Arc<Buffer>| buffer.state.is_live();
         shard.index.read().get(&key).is_some_and(live)
     }
 
@@ -246,8 +247,7 @@ impl BufferCache {
     /// Takes a hold on `buffer` unless it is stale or dead.
     #[inline]
     fn hold_live(&self, buffer: &Arc<Buffer>) -> bool {
-        let prev = buffer.hold();
-        if prev & (STALE | DEAD) != 0 {
+        if !buffer.state.hold_live() {
             self.release(buffer);
             return false;
         }
@@ -317,12 +317,12 @@ impl BufferCache {
             .map(|(_, b)| Arc::clone(b))
             .collect();
         for buffer in same_start {
-            if buffer.load_state() & STALE != 0 {
+            if buffer.state.load() & STALE != 0 {
                 self.remove_locked(shard, &mut index, &buffer);
                 self.stats.bump(Counter::StaleLookups);
             } else if buffer.key == key {
                 // Live and in the index, and both change only under this write lock.
-                buffer.hold();
+                buffer.state.hold();
                 return Ok(Found::Cached(buffer));
             } else {
                 return Err(BufCacheError::LengthMismatch {
@@ -351,7 +351,7 @@ impl BufferCache {
     /// generation (other threads' slots drop it) and clears this thread's slot. Caller holds
     /// the shard's write lock (`index` is its contents).
     pub(crate) fn remove_locked(&self, shard: &AgShard, index: &mut Index, buffer: &Arc<Buffer>) {
-        buffer.set_flags(DEAD);
+        buffer.state.set_flags(DEAD);
         let key = buffer.key;
         if index.get(&key).is_some_and(|b| Arc::ptr_eq(b, buffer)) {
             index.remove(&key);
@@ -442,7 +442,7 @@ impl BufferCache {
         let guard = BufGuard::new(self, buffer, locked, rank);
         // Marking stale needs the buffer lock, and a failed first read leaves the buffer not
         // up to date, so what is checked here cannot change while the guard lives.
-        if guard.buffer.load_state() & (STALE | DEAD) != 0 || !guard.data.uptodate {
+        if !guard.buffer.state.is_live() || !guard.data.uptodate {
             return Ok(None);
         }
         Ok(Some(guard))
@@ -473,16 +473,13 @@ impl BufferCache {
     /// Drops one hold; the last one puts the buffer on the LRU if it is not there yet.
     #[inline]
     pub(crate) fn release(&self, buffer: &Arc<Buffer>) {
-        let prev = buffer.unhold();
-        if holds(prev) == 1 && prev & (ON_LRU | DEAD) == 0 {
+        if buffer.state.release() {
             self.lru_add(buffer);
         }
     }
 
     fn lru_add(&self, buffer: &Arc<Buffer>) {
-        if buffer.set_flags(ON_LRU) & ON_LRU == 0 {
-            self.lru.lock().push_back(Arc::clone(buffer));
-        }
+        self.lru.lock().push_back(Arc::clone(buffer));
     }
 
     /// Marks a buffer stale (the caller holds its lock): it is never written home, its slot is
@@ -490,15 +487,14 @@ impl BufferCache {
     pub(crate) fn invalidate(&self, buffer: &Arc<Buffer>) {
         let shard = &self.shards[buffer.ag];
         let _index = shard.index.write();
-        buffer.set_flags(STALE);
-        buffer.clear_flags(DIRTY);
+        buffer.state.mark_stale();
         shard.bump_generation();
         self.clear_own_slot(shard, buffer);
     }
 
     /// Puts a buffer on the delayed-write queue unless it is there already.
     pub(crate) fn queue_buffer(&self, buffer: &Arc<Buffer>) -> bool {
-        let fresh = buffer.set_flags(DELWRI_Q) & DELWRI_Q == 0;
+        let fresh = buffer.state.claim(DELWRI_Q);
         if fresh {
             self.delwri.lock().push(Arc::clone(buffer));
         }

@@ -6,9 +6,10 @@ use cairn_blockdev::AlignedBuf;
 use cairn_format::FsBlock;
 
 use crate::BufCacheError;
-use crate::buffer::{BufKey, Buffer, DEAD, DELWRI_Q, DIRTY, STALE, pins};
+use crate::buffer::{BufKey, Buffer};
 use crate::cache::BufferCache;
 use crate::guard::BufGuard;
+use crate::state::{DELWRI_Q, DIRTY, STALE, WriteCheck};
 use crate::stats::Counter;
 
 /// What one `flush_delwri` did.
@@ -36,7 +37,7 @@ impl BufferCache {
         let mut batch: Vec<BufGuard<'_>> = Vec::new();
         let mut batch_bytes = 0usize;
         for (position, buffer) in queue.iter().enumerate() {
-            buffer.clear_flags(DELWRI_Q);
+            buffer.state.clear_flags(DELWRI_Q);
             let prepared = match self.prepare(buffer, &mut report) {
                 Ok(Some(guard)) => guard,
                 Ok(None) => continue,
@@ -84,7 +85,7 @@ impl BufferCache {
         buffer: &Arc<Buffer>,
         report: &mut FlushReport,
     ) -> Result<Option<BufGuard<'_>>, BufCacheError> {
-        buffer.hold();
+        buffer.state.hold();
         let Some(locked) = buffer.data.try_lock_arc() else {
             self.release(buffer);
             self.stats.bump(Counter::LockBusy);
@@ -94,14 +95,14 @@ impl BufferCache {
         };
         let rank = self.order_token(buffer.key, locked.ops, false);
         let mut guard = BufGuard::new(self, Arc::clone(buffer), locked, rank);
-        let state = buffer.load_state();
-        if state & (STALE | DEAD) != 0 || state & DIRTY == 0 {
-            return Ok(None);
-        }
-        if pins(state) > 0 {
-            report.pinned.push(buffer.key);
-            self.queue_buffer(buffer);
-            return Ok(None);
+        match buffer.state.write_check() {
+            WriteCheck::Nothing => return Ok(None),
+            WriteCheck::Pinned => {
+                report.pinned.push(buffer.key);
+                self.queue_buffer(buffer);
+                return Ok(None);
+            }
+            WriteCheck::Write => {}
         }
         let key = buffer.key;
         let lsn = guard.data.lsn;
@@ -133,7 +134,7 @@ impl BufferCache {
             // Stale buffers are filtered in `prepare` and cannot turn stale while locked;
             // writing one would put freed metadata back on disk.
             assert!(
-                guard.buffer.load_state() & STALE == 0,
+                guard.buffer.state.load() & STALE == 0,
                 "stale buffer in write-back"
             );
         }
@@ -159,7 +160,7 @@ impl BufferCache {
         let written = batch.len() as u64;
         for guard in batch.drain(..) {
             report.bytes_written += guard.len() as u64;
-            guard.buffer.clear_flags(DIRTY);
+            guard.buffer.state.clear_flags(DIRTY);
         }
         report.buffers_written += written;
         report.write_ops += 1;

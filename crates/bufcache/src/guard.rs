@@ -8,9 +8,10 @@ use cairn_format::{FsBlock, Lsn};
 use parking_lot::{ArcMutexGuard, RawMutex};
 
 use crate::BufCacheError;
-use crate::buffer::{BufData, BufHandle, BufKey, Buffer, DIRTY, PIN_ONE, STALE, pins};
+use crate::buffer::{BufData, BufHandle, BufKey, Buffer};
 use crate::cache::BufferCache;
 use crate::ops::LRU_REF_MAX;
+use crate::state::{DIRTY, STALE, pins};
 
 /// A held and locked buffer. Reads go through `Deref<Target = [u8]>`; every write goes through
 /// a method that records the dirty byte range, so nothing can change the contents unlogged.
@@ -93,11 +94,7 @@ impl<'c> BufGuard<'c> {
             return Ok(());
         }
         self.data.dirty.add(range);
-        let state = self.buffer.load_state();
-        // A stale buffer's changes are dropped: it is never written home.
-        if state & (DIRTY | STALE) == 0 {
-            self.buffer.set_flags(DIRTY);
-        }
+        self.buffer.state.mark_dirty();
         Ok(())
     }
 
@@ -123,7 +120,7 @@ impl<'c> BufGuard<'c> {
 
     /// Whether the buffer has changes not yet written home.
     pub fn is_dirty(&self) -> bool {
-        self.buffer.load_state() & DIRTY != 0
+        self.buffer.state.load() & DIRTY != 0
     }
 
     /// Byte ranges changed since the journal last took them (sorted, merged).
@@ -148,13 +145,11 @@ impl<'c> BufGuard<'c> {
     /// Pins the buffer: its changes are in the log but not checkpointed, so it may not be
     /// written home (nor reclaimed) until the matching `BufHandle::unpin`.
     pub fn pin(&self) {
-        self.buffer
-            .state
-            .fetch_add(PIN_ONE, std::sync::atomic::Ordering::AcqRel);
+        self.buffer.state.pin();
     }
 
     pub fn pin_count(&self) -> u32 {
-        pins(self.buffer.load_state())
+        pins(self.buffer.state.load())
     }
 
     /// An unlocked reference for the journal (to unpin later).
@@ -173,7 +168,7 @@ impl<'c> BufGuard<'c> {
     }
 
     pub fn is_stale(&self) -> bool {
-        self.buffer.load_state() & STALE != 0
+        self.buffer.state.load() & STALE != 0
     }
 
     /// Queues the buffer for delayed write-back; returns false if it was queued already.

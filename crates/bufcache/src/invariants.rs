@@ -4,8 +4,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::BufCacheError;
-use crate::buffer::{Buffer, DEAD, DELWRI_Q, ON_LRU, STALE, holds};
+use crate::buffer::Buffer;
 use crate::cache::BufferCache;
+use crate::state::{DEAD, DELWRI_Q, ON_LRU, STALE, holds};
 
 fn broken(what: String) -> Result<(), BufCacheError> {
     Err(BufCacheError::Invariant { what })
@@ -27,7 +28,7 @@ impl BufferCache {
         for (ag, index) in guards.iter().enumerate() {
             let mut previous_live_block = None;
             for (key, buffer) in index.iter() {
-                let state = buffer.load_state();
+                let state = buffer.state.load();
                 if buffer.key != *key || buffer.ag != ag || state & DEAD != 0 {
                     return broken(format!("index entry {key:?} in AG {ag} is {buffer:?}"));
                 }
@@ -61,7 +62,7 @@ impl BufferCache {
             .delwri
             .lock()
             .iter()
-            .find(|b| b.load_state() & DELWRI_Q == 0)
+            .find(|b| b.state.load() & DELWRI_Q == 0)
         {
             return broken(format!("queued buffer {buffer:?} is not flagged"));
         }
@@ -83,7 +84,7 @@ impl BufferCache {
             return broken(format!("AG {ag} has a slot whose key is not its buffer's"));
         }
         for (slot, buffer) in slots.entries {
-            let live = buffer.load_state() & (STALE | DEAD) == 0;
+            let live = buffer.state.is_live();
             let in_index = index
                 .get(&buffer.key)
                 .is_some_and(|b| Arc::ptr_eq(b, &buffer));

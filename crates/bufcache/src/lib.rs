@@ -8,7 +8,9 @@
 //! or a shared read-modify-write). Guards record dirty byte ranges
 //! for the journal; pinned buffers are not written home; a delayed-write queue writes dirty
 //! buffers in disk order; an LRU with second chances keeps memory under a limit. The design
-//! and its reasons are in `docs/bufcache.md`.
+//! and its reasons are in `docs/bufcache.md`. The lock-free part (the state word's holds,
+//! pins and flags, the AG generations) is in `state.rs`, generic over the atomic so the loom
+//! models in `models.rs` check the very functions the cache runs.
 //!
 //! Owns: the cached buffers, the per-AG indexes and generations, the threads' lookaside slot
 //! tables for this cache, the LRU, the delayed-write queue and the cache statistics.
@@ -37,10 +39,13 @@ mod error;
 mod guard;
 mod invariants;
 mod lookaside;
+#[cfg(test)]
+mod models;
 mod ops;
 mod ranges;
 mod reclaim;
 mod shard;
+mod state;
 mod stats;
 pub mod trace;
 

@@ -33,9 +33,34 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use crate::buffer::{BufKey, Buffer, DEAD, STALE};
+use cairn_atomic::AtomicWord;
+
+use crate::buffer::{BufKey, Buffer};
 use crate::config::LOOKASIDE_REPLACE_AFTER;
+use crate::state::{Generation, StateWord};
 use crate::stats::{Counter, Stats};
+
+/// What a slot can hold: a buffer, or in the loom models (`models.rs`) a buffer whose state
+/// word is on loom's atomics, so the models run this module's sweep and slot code.
+pub(crate) trait Occupant {
+    type Word: AtomicWord;
+    fn key(&self) -> BufKey;
+    fn state(&self) -> &StateWord<Self::Word>;
+}
+
+impl Occupant for Buffer {
+    type Word = AtomicU64;
+
+    #[inline(always)]
+    fn key(&self) -> BufKey {
+        self.key
+    }
+
+    #[inline(always)]
+    fn state(&self) -> &StateWord {
+        &self.state
+    }
+}
 
 /// Cache serials, never reused, so a table left by a dropped cache never matches a new one.
 static NEXT_CACHE_SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -71,17 +96,17 @@ const EMPTY_KEY: BufKey = BufKey {
 };
 
 #[derive(Debug)]
-struct Slot {
+struct Slot<B = Buffer> {
     /// A copy of the occupant's key (`EMPTY_KEY` when empty), so a slot miss is decided
     /// without touching the occupant's memory.
     key: BufKey,
-    buffer: Option<Arc<Buffer>>,
+    buffer: Option<Arc<B>>,
     /// The last rival (AG block + 1) in the high half, its run of index hits in the low
     /// half; 0 after a hit of the occupant or a fill.
     rival: u64,
 }
 
-impl Slot {
+impl<B: Occupant> Slot<B> {
     const EMPTY: Self = Self {
         key: EMPTY_KEY,
         buffer: None,
@@ -93,36 +118,36 @@ impl Slot {
         self.buffer = None;
     }
 
-    fn fill(&mut self, buffer: &Arc<Buffer>) {
-        self.key = buffer.key;
+    fn fill(&mut self, buffer: &Arc<B>) {
+        self.key = buffer.key();
         self.buffer = Some(Arc::clone(buffer));
         self.rival = 0;
     }
 
     /// Offers `buffer`, live and held by the caller, to this slot of a table just swept, so
     /// the occupant (if any) was live at the sweep and is not `buffer` unless keys match.
-    fn offer(&mut self, ag_block: u32, buffer: &Arc<Buffer>, fill: Fill, stats: &Stats) {
+    fn offer(&mut self, ag_block: u32, buffer: &Arc<B>, fill: Fill, stats: &Stats) {
         let take = match fill {
             Fill::Insert => true,
             Fill::IndexHit if self.buffer.is_none() => true,
-            Fill::IndexHit if self.key == buffer.key => false,
+            Fill::IndexHit if self.key == buffer.key() => false,
             Fill::IndexHit => rival_hit(&mut self.rival, ag_block) >= LOOKASIDE_REPLACE_AFTER,
         };
         // Checked after the sweep's generation load: a buffer that died before that
         // generation is seen dead here, so it never sits in a table swept past its death.
-        if take && is_live(buffer) {
+        if take && buffer.state().is_live() {
             self.fill(buffer);
             stats.bump(Counter::LookasideInserts);
         }
     }
 }
 
-#[derive(Debug, Default)]
-struct AgTable {
+#[derive(Debug)]
+pub(crate) struct AgTable<B = Buffer> {
     /// The AG's generation when this table was last swept of stale and dead occupants.
     generation_seen: u64,
     /// Empty until the first lookup, so AGs a thread never uses cost nothing.
-    slots: Box<[Slot]>,
+    slots: Box<[Slot<B>]>,
 }
 
 #[derive(Debug)]
@@ -186,10 +211,6 @@ impl Drop for Lookaside {
     }
 }
 
-fn is_live(buffer: &Buffer) -> bool {
-    buffer.load_state() & (STALE | DEAD) == 0
-}
-
 /// The multiplier making `fast_mod(n, m, divisor)` equal `n % divisor` (Lemire, Kaser and
 /// Kurz, "Faster remainder by direct computation", 2019): a multiply instead of a divide on
 /// every lookup. `divisor` 1 gives 0, which `fast_mod` also maps to 0.
@@ -203,19 +224,27 @@ fn fast_mod(n: u32, multiplier: u64, divisor: u32) -> u32 {
     ((u128::from(low) * u128::from(divisor)) >> 64) as u32
 }
 
-impl AgTable {
+impl<B: Occupant> AgTable<B> {
+    /// A table with no slots yet, swept at `generation_seen`.
+    pub(crate) fn new(generation_seen: u64) -> Self {
+        Self {
+            generation_seen,
+            slots: Box::default(),
+        }
+    }
+
     /// Drops the stale and dead occupants if the AG's generation moved since the last sweep.
     /// The generation is bumped after the flag is set (release), and read here first
     /// (acquire), so a sweep at generation `g` sees every flag set before `g`.
     #[inline]
-    fn sweep(&mut self, generation: &AtomicU64, stats: &Stats) {
-        let current = generation.load(Ordering::Acquire);
+    pub(crate) fn sweep(&mut self, generation: &Generation<B::Word>, stats: &Stats) {
+        let current = generation.load();
         if current == self.generation_seen {
             return;
         }
         let mut dropped = 0;
         for slot in self.slots.iter_mut() {
-            if slot.buffer.as_deref().is_some_and(|b| !is_live(b)) {
+            if slot.buffer.as_deref().is_some_and(|b| !b.state().is_live()) {
                 slot.empty();
                 dropped += 1;
             }
@@ -226,11 +255,62 @@ impl AgTable {
         }
     }
 
-    fn slots_made(&mut self, slot_count: usize) -> &mut [Slot] {
+    fn slots_made(&mut self, slot_count: usize) -> &mut [Slot<B>] {
         if self.slots.is_empty() {
             self.slots = (0..slot_count).map(|_| Slot::EMPTY).collect();
         }
         &mut self.slots
+    }
+
+    /// The lookup in a swept table (`Lookaside::find`): the slot at `slot_index` if it holds
+    /// `key` and `hold` takes a live hold on it (a refused occupant is dropped), else `index`
+    /// (taken out of its `Option`), whose hit is offered to the same slot.
+    #[inline(always)]
+    pub(crate) fn find(
+        &mut self,
+        (slot_count, slot_index): (usize, usize),
+        (ag_block, key): (u32, BufKey),
+        stats: &Stats,
+        hold: impl FnOnce(&Arc<B>) -> bool,
+        index: &mut Option<impl FnOnce() -> Option<Arc<B>>>,
+    ) -> Option<(Arc<B>, Source)> {
+        let slot = &mut self.slots_made(slot_count)[slot_index];
+        if slot.key == key {
+            if let Some(buffer) = slot.buffer.as_ref().filter(|b| hold(b)) {
+                let buffer = Arc::clone(buffer);
+                slot.rival = 0;
+                return Some((buffer, Source::Lookaside));
+            }
+            slot.empty();
+            stats.bump(Counter::LookasideRemoves);
+        }
+        let buffer = index.take().and_then(|index| index())?;
+        slot.offer(ag_block, &buffer, Fill::IndexHit, stats);
+        Some((buffer, Source::Index))
+    }
+
+    /// Offers `buffer` (held by the caller) to the slot at `slot_index` under the `fill` rule.
+    pub(crate) fn offer(
+        &mut self,
+        (slot_count, slot_index): (usize, usize),
+        ag_block: u32,
+        buffer: &Arc<B>,
+        fill: Fill,
+        stats: &Stats,
+    ) {
+        self.slots_made(slot_count)[slot_index].offer(ag_block, buffer, fill, stats);
+    }
+
+    /// The occupant of the slot at `slot_index`, for the models' checks.
+    #[cfg(test)]
+    pub(crate) fn occupant(&self, slot_index: usize) -> Option<&Arc<B>> {
+        self.slots.get(slot_index)?.buffer.as_ref()
+    }
+
+    /// The generation of the last sweep, for the models' checks.
+    #[cfg(test)]
+    pub(crate) fn generation_seen(&self) -> u64 {
+        self.generation_seen
     }
 }
 
@@ -263,7 +343,7 @@ impl Lookaside {
     fn with_ag<R>(
         &self,
         ag: usize,
-        generation: &AtomicU64,
+        generation: &Generation,
         stats: &Stats,
         create: bool,
         f: impl FnOnce(&mut AgTable) -> R,
@@ -291,7 +371,7 @@ impl Lookaside {
     /// Makes this thread's table for this cache at its dense id, replacing a dropped cache's,
     /// and drops every other dropped cache's table.
     #[cold]
-    fn make_table(&self, tables: &mut Vec<Option<CacheTable>>, generation: &AtomicU64) {
+    fn make_table(&self, tables: &mut Vec<Option<CacheTable>>, generation: &Generation) {
         for table in tables.iter_mut() {
             if table.as_ref().is_some_and(|t| t.alive.strong_count() == 0) {
                 *table = None;
@@ -302,13 +382,8 @@ impl Lookaside {
         }
         // Empty tables need no sweep: start at the current generation (any AG's value will
         // do, the first sweep just finds nothing to drop).
-        let seen = generation.load(Ordering::Acquire);
-        let ags = (0..self.ag_count)
-            .map(|_| AgTable {
-                generation_seen: seen,
-                slots: Box::default(),
-            })
-            .collect();
+        let seen = generation.load();
+        let ags = (0..self.ag_count).map(|_| AgTable::new(seen)).collect();
         tables[self.dense_id] = Some(CacheTable {
             serial: self.serial,
             alive: Arc::downgrade(&self.alive),
@@ -325,7 +400,7 @@ impl Lookaside {
         &self,
         (ag, ag_block): (usize, u32),
         key: BufKey,
-        generation: &AtomicU64,
+        generation: &Generation,
         stats: &Stats,
         hold: impl FnOnce(&Arc<Buffer>) -> bool,
         index: impl FnOnce() -> Option<Arc<Buffer>>,
@@ -335,19 +410,8 @@ impl Lookaside {
         let slot_index = self.slot_index_checked(ag_block);
         let found = slot_index.and_then(|slot_index| {
             self.with_ag(ag, generation, stats, true, |table| {
-                let slot = &mut table.slots_made(slot_count)[slot_index];
-                if slot.key == key {
-                    if let Some(buffer) = slot.buffer.as_ref().filter(|b| hold(b)) {
-                        let buffer = Arc::clone(buffer);
-                        slot.rival = 0;
-                        return Some((buffer, Source::Lookaside));
-                    }
-                    slot.empty();
-                    stats.bump(Counter::LookasideRemoves);
-                }
-                let buffer = index.take().and_then(|index| index())?;
-                slot.offer(ag_block, &buffer, Fill::IndexHit, stats);
-                Some((buffer, Source::Index))
+                let at = (slot_count, slot_index);
+                table.find(at, (ag_block, key), stats, hold, &mut index)
             })
         });
         match found {
@@ -367,7 +431,7 @@ impl Lookaside {
         ag: usize,
         ag_block: u32,
         key: BufKey,
-        generation: &AtomicU64,
+        generation: &Generation,
         stats: &Stats,
     ) -> bool {
         let Some(slot_index) = self.slot_index_checked(ag_block) else {
@@ -379,7 +443,7 @@ impl Lookaside {
                 .get(slot_index)
                 .filter(|slot| slot.key == key)
                 .and_then(|slot| slot.buffer.as_deref())
-                .is_some_and(is_live)
+                .is_some_and(|buffer| buffer.state.is_live())
         })
         .unwrap_or(false)
     }
@@ -391,7 +455,7 @@ impl Lookaside {
         ag_block: u32,
         buffer: &Arc<Buffer>,
         fill: Fill,
-        generation: &AtomicU64,
+        generation: &Generation,
         stats: &Stats,
     ) {
         let Some(slot_index) = self.slot_index_checked(ag_block) else {
@@ -399,7 +463,7 @@ impl Lookaside {
         };
         let slot_count = self.slot_count as usize;
         self.with_ag(ag, generation, stats, true, |table| {
-            table.slots_made(slot_count)[slot_index].offer(ag_block, buffer, fill, stats);
+            table.offer((slot_count, slot_index), ag_block, buffer, fill, stats);
         });
     }
 
@@ -410,7 +474,7 @@ impl Lookaside {
         ag: usize,
         ag_block: u32,
         buffer: &Arc<Buffer>,
-        generation: &AtomicU64,
+        generation: &Generation,
         stats: &Stats,
     ) {
         let Some(slot_index) = self.slot_index_checked(ag_block) else {
@@ -427,7 +491,7 @@ impl Lookaside {
     }
 
     /// This thread's slots for `ag` (none if it has no table), without sweeping.
-    pub(crate) fn thread_slots(&self, ag: usize, generation: &AtomicU64) -> Option<ThreadSlots> {
+    pub(crate) fn thread_slots(&self, ag: usize, generation: &Generation) -> Option<ThreadSlots> {
         if self.slot_count == 0 {
             return None;
         }
@@ -449,7 +513,7 @@ impl Lookaside {
                 .iter()
                 .all(|slot| slot.key == slot.buffer.as_ref().map_or(EMPTY_KEY, |b| b.key));
             Some(ThreadSlots {
-                swept: ag_table.generation_seen == generation.load(Ordering::Acquire),
+                swept: ag_table.generation_seen == generation.load(),
                 slot_count: ag_table.slots.len(),
                 keys_match,
                 entries,

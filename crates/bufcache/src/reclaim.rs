@@ -11,9 +11,10 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::buffer::{Buffer, DEAD, DIRTY, ON_LRU, PIN_MASK, STALE, UNRECLAIMABLE, holds};
+use crate::buffer::Buffer;
 use crate::cache::BufferCache;
 use crate::ops::LRU_REF_MAX;
+use crate::state::Verdict;
 use crate::stats::Counter;
 
 /// What one reclaim call freed.
@@ -21,16 +22,6 @@ use crate::stats::Counter;
 pub struct ReclaimReport {
     pub buffers_freed: u64,
     pub bytes_freed: u64,
-}
-
-/// What to do with a buffer popped from the LRU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
-    Freed,
-    /// Keep it: back of the queue.
-    Rotate,
-    /// Off the queue: dead, or held (its last release re-queues it).
-    Leave,
 }
 
 impl BufferCache {
@@ -70,34 +61,8 @@ impl BufferCache {
     }
 
     fn judge(&self, buffer: &Arc<Buffer>) -> Verdict {
-        loop {
-            let state = buffer.load_state();
-            if state & DEAD != 0 {
-                return Verdict::Leave;
-            }
-            if holds(state) > 0 {
-                // Clearing ON_LRU must not race with the last release, which re-queues only if
-                // ON_LRU is clear: the exchange fails if the hold count moved, and we look again.
-                let cleared = state & !ON_LRU;
-                let exchange = buffer.state.compare_exchange(
-                    state,
-                    cleared,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
-                if exchange.is_ok() {
-                    return Verdict::Leave;
-                }
-                continue;
-            }
-            if state & (PIN_MASK | DIRTY) != 0 {
-                return Verdict::Rotate;
-            }
-            if state & STALE == 0 && self.second_chance(buffer) {
-                return Verdict::Rotate;
-            }
-            return self.try_free(buffer);
-        }
+        let second_chance = || self.second_chance(buffer);
+        buffer.state.judge(second_chance, || self.try_free(buffer))
     }
 
     /// Decrements the reuse count; true if it was above zero (the buffer survives this pass).
@@ -109,25 +74,15 @@ impl BufferCache {
     }
 
     /// Under the shard's write lock, marks the buffer dead if nothing reclaim must respect
-    /// has appeared, and removes it from the index and its slot.
-    fn try_free(&self, buffer: &Arc<Buffer>) -> Verdict {
+    /// has appeared, and removes it from the index and its slot; true if it did.
+    fn try_free(&self, buffer: &Arc<Buffer>) -> bool {
         let shard = &self.shards[buffer.ag];
         let mut index = shard.index.write();
-        let state = buffer.load_state();
-        if state & UNRECLAIMABLE != 0 {
-            return Verdict::Rotate;
-        }
-        // A reader's hold is a change to the same word, so this exchange
-        // and that hold cannot both succeed.
-        let exchange =
-            buffer
-                .state
-                .compare_exchange(state, state | DEAD, Ordering::AcqRel, Ordering::Acquire);
-        if exchange.is_err() {
-            return Verdict::Rotate;
+        if !buffer.state.try_kill() {
+            return false;
         }
         self.remove_locked(shard, &mut index, buffer);
         self.stats.bump(Counter::Reclaims);
-        Verdict::Freed
+        true
     }
 }

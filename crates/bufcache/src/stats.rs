@@ -10,6 +10,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
+use cairn_atomic::{AtomicFlag, AtomicWord};
 use crossbeam::utils::CachePadded;
 
 /// Stripes a thread can own: a power of two at least the number of cores we expect.
@@ -105,13 +106,37 @@ struct StripeClaim {
     owned: bool,
 }
 
+/// The stripe protocol, generic over the atomics so the loom model in `models.rs` runs it.
+/// Claims the first free flag of `claimed`: its index, or `None` if every one is taken. The
+/// acquire pairs with `give_back`'s release, so the new owner's plain loads see the last
+/// owner's last stores.
+pub(crate) fn claim_first<F: AtomicFlag>(claimed: &[F]) -> Option<usize> {
+    claimed.iter().position(|flag| {
+        flag.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    })
+}
+
+/// Gives a claimed stripe back (its owner exits).
+pub(crate) fn give_back<F: AtomicFlag>(flag: &F) {
+    flag.store(false, Ordering::Release);
+}
+
+/// Adds to a counter of a stripe: an owned one (only its owner writes it) with a load and a
+/// store, which lose nothing there and take no read-modify-write; a shared one atomically.
+#[inline]
+pub(crate) fn add_to<W: AtomicWord>(cell: &W, count: u64, owned: bool) {
+    if owned {
+        cell.store(cell.load(Ordering::Relaxed) + count, Ordering::Relaxed);
+    } else {
+        cell.fetch_add(count, Ordering::Relaxed);
+    }
+}
+
 impl StripeClaim {
     fn take() -> Self {
-        for (index, claimed) in STRIPE_CLAIMED.iter().enumerate() {
-            let won = claimed.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed);
-            if won.is_ok() {
-                return Self { index, owned: true };
-            }
+        if let Some(index) = claim_first(&STRIPE_CLAIMED) {
+            return Self { index, owned: true };
         }
         let shared = NEXT_SHARED.fetch_add(1, Ordering::Relaxed) % SHARED_STRIPES;
         Self {
@@ -124,7 +149,7 @@ impl StripeClaim {
 impl Drop for StripeClaim {
     fn drop(&mut self) {
         if self.owned {
-            STRIPE_CLAIMED[self.index].store(false, Ordering::Release);
+            give_back(&STRIPE_CLAIMED[self.index]);
         }
     }
 }
@@ -144,13 +169,11 @@ impl Stats {
     #[inline]
     pub(crate) fn add(&self, counter: Counter, count: u64) {
         let add = |claim: &StripeClaim| {
-            let cell = &self.stripes[claim.index][counter as usize];
-            if claim.owned {
-                // Only this thread writes an owned stripe, so load + store loses nothing.
-                cell.store(cell.load(Ordering::Relaxed) + count, Ordering::Relaxed);
-            } else {
-                cell.fetch_add(count, Ordering::Relaxed);
-            }
+            add_to(
+                &self.stripes[claim.index][counter as usize],
+                count,
+                claim.owned,
+            );
         };
         // During thread exit, after the claim is gone, count in a shared stripe.
         if STRIPE.try_with(add).is_err() {

@@ -10,6 +10,7 @@ use crate::limits::{
 };
 use crate::reclaim::ReclaimList;
 use crate::stats::{Stats, StatsSnapshot, WorstInode};
+use crate::wake::SleepAnnouncement;
 use cairn_lockrank::{Mutex, Rank};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -109,7 +110,7 @@ pub(crate) struct Shared {
     /// Set above the high watermark, cleared at the low one (`maybe_shrink`'s hysteresis).
     reclaiming: AtomicBool,
     shrinker_thread: Mutex<Option<Thread>>,
-    shrinker_sleeping: AtomicBool,
+    shrinker_sleeping: SleepAnnouncement,
 }
 
 impl Shared {
@@ -149,7 +150,7 @@ impl Shared {
             return;
         }
         self.reclaiming.store(true, Ordering::Relaxed);
-        if self.shrinker_sleeping.swap(false, Ordering::AcqRel)
+        if self.shrinker_sleeping.take()
             && let Some(thread) = self.shrinker_thread.lock().as_ref()
         {
             thread.unpark();
@@ -172,7 +173,7 @@ impl ExtentCache {
             stats: Stats::default(),
             reclaiming: AtomicBool::new(false),
             shrinker_thread: Mutex::new(Rank::Leaf, None),
-            shrinker_sleeping: AtomicBool::new(false),
+            shrinker_sleeping: SleepAnnouncement::new(),
         };
         Ok(ExtentCache {
             shared: Arc::new(shared),
@@ -334,14 +335,17 @@ impl ExtentCache {
                 continue;
             }
             fruitless_calls = 0;
-            shared.shrinker_sleeping.store(true, Ordering::Release);
-            // Growth between the check above and the flag would not wake us; look again.
-            if shared.memory_bytes() > shared.config.memory_high_bytes {
-                shared.shrinker_sleeping.store(false, Ordering::Release);
+            // Growth between the check above and the announcement would not wake us, so the
+            // announcement looks again (`wake.rs`).
+            let high = shared.config.memory_high_bytes;
+            if !shared
+                .shrinker_sleeping
+                .announce(|| shared.memory_bytes() > high)
+            {
                 continue;
             }
             thread::park_timeout(Duration::from_millis(SHRINKER_IDLE_WAIT_MS));
-            shared.shrinker_sleeping.store(false, Ordering::Release);
+            shared.shrinker_sleeping.woke();
         }
     }
 

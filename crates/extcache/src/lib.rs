@@ -31,6 +31,7 @@ pub mod limits;
 mod reclaim;
 mod stats;
 mod tree;
+mod wake;
 
 pub use cache::{CacheConfig, ExtentCache, ShrinkOutcome, ShrinkerThread};
 pub use error::ExtCacheError;

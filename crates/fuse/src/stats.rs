@@ -7,9 +7,10 @@
 //! can read it; no socket or extra file is involved.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use cairn_atomic::AtomicWord;
 use cairn_fs::FsStats;
 
 /// The reserved extended attribute whose value is the statistics text.
@@ -57,32 +58,104 @@ struct OpSlot {
 /// at a time); threads past this many go untracked.
 const FLIGHT_SLOTS: usize = 64;
 
-/// The request one thread is serving, on a cache line of its own.
-#[derive(Debug, Default)]
+/// The request one thread is serving, on a cache line of its own. Only that thread writes
+/// it; the watchdog and `cairn stats` read it from other threads. Generic over the atomic so
+/// the loom model below runs this code.
+///
+/// A request is known by its `since_ns`: the slot's next request starts later, so it has a
+/// later one (or, within one tick of a coarse clock, both are young). So a read that saw
+/// `since_ns` change around its field loads is dropped (the request it began with has ended
+/// and the next one is young), and the watchdog's mark names the request it reported. Before
+/// the loom model (`tests::models`), a mark set just after the slot's request ended landed
+/// on the next one, whose hang then went unreported, and a read could give one request's
+/// age with the next one's type and node.
+#[derive(Debug)]
 #[repr(align(64))]
-struct FlightSlot {
+struct FlightSlot<W = AtomicU64> {
     /// When the request arrived, in nanoseconds since the statistics began, plus one; 0 while
     /// the thread is idle.
-    since_ns: AtomicU64,
-    op: AtomicUsize,
-    node: AtomicU64,
-    /// The hang watchdog has reported this request.
-    reported: AtomicBool,
+    since_ns: W,
+    /// Index in `OP_NAMES`.
+    op: W,
+    node: W,
+    /// The `since_ns` of the last request the hang watchdog reported (0: none).
+    reported_since_ns: W,
 }
 
-impl FlightSlot {
-    /// The request in this slot at `now_ns` (the statistics' clock), if any.
-    fn read(&self, now_ns: u64) -> Option<InFlight> {
+/// A consistent read of a busy slot.
+struct Seen {
+    since_ns: u64,
+    op: u64,
+    node: u64,
+}
+
+impl<W: AtomicWord> FlightSlot<W> {
+    fn idle() -> Self {
+        Self {
+            since_ns: W::new(0),
+            op: W::new(0),
+            node: W::new(0),
+            reported_since_ns: W::new(0),
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.since_ns.load(Ordering::Relaxed) == 0
+    }
+
+    /// Shows a request the slot's thread starts serving (the slot is idle). The field
+    /// stores release the end of the previous request (`since_ns` 0) to a reader that loads
+    /// them, so its second look at `since_ns` sees the slot changed; `since_ns` is stored
+    /// last and released, so a reader that sees it sees the fields.
+    fn begin(&self, op: u64, node: u64, since_ns: u64) {
+        self.op.store(op, Ordering::Release);
+        self.node.store(node, Ordering::Release);
+        self.since_ns.store(since_ns, Ordering::Release);
+    }
+
+    fn end(&self) {
+        self.since_ns.store(0, Ordering::Release);
+    }
+
+    /// The request in the slot, if one was there throughout the read.
+    fn seen(&self) -> Option<Seen> {
         let since_ns = self.since_ns.load(Ordering::Acquire);
-        (since_ns != 0).then(|| InFlight {
-            name: OP_NAMES
-                .get(self.op.load(Ordering::Relaxed))
+        if since_ns == 0 {
+            return None;
+        }
+        let op = self.op.load(Ordering::Acquire);
+        let node = self.node.load(Ordering::Acquire);
+        (self.since_ns.load(Ordering::Relaxed) == since_ns).then_some(Seen { since_ns, op, node })
+    }
+
+    /// Marks the request seen as reported; true if it was not already.
+    fn mark_reported(&self, seen: &Seen) -> bool {
+        self.reported_since_ns
+            .swap(seen.since_ns, Ordering::Relaxed)
+            != seen.since_ns
+    }
+
+    /// The request in this slot at `now_ns` (the statistics' clock), if any.
+    fn read(&self, now_ns: u64) -> Option<(Seen, InFlight)> {
+        let seen = self.seen()?;
+        let found = InFlight {
+            name: usize::try_from(seen.op)
+                .ok()
+                .and_then(|op| OP_NAMES.get(op))
                 .copied()
                 .unwrap_or("?"),
-            node: self.node.load(Ordering::Relaxed),
-            age: Duration::from_nanos(now_ns.saturating_sub(since_ns)),
-            reported: self.reported.load(Ordering::Relaxed),
-        })
+            node: seen.node,
+            age: Duration::from_nanos(now_ns.saturating_sub(seen.since_ns)),
+            reported: self.reported_since_ns.load(Ordering::Relaxed) == seen.since_ns,
+        };
+        Some((seen, found))
+    }
+
+    /// The request in this slot if it is older than `limit` at `now_ns` and not reported
+    /// yet, marked reported.
+    fn take_if_older(&self, now_ns: u64, limit: Duration) -> Option<InFlight> {
+        let (seen, found) = self.read(now_ns)?;
+        (found.age >= limit && self.mark_reported(&seen)).then_some(found)
     }
 }
 
@@ -108,7 +181,7 @@ impl Default for RequestStats {
     fn default() -> Self {
         Self {
             slots: std::array::from_fn(|_| OpSlot::default()),
-            flights: std::array::from_fn(|_| FlightSlot::default()),
+            flights: std::array::from_fn(|_| FlightSlot::idle()),
             started: Instant::now(),
         }
     }
@@ -148,7 +221,7 @@ impl Drop for Timer<'_> {
         self.slot.total_ns.fetch_add(elapsed_ns, Ordering::Relaxed);
         self.slot.max_ns.fetch_max(elapsed_ns, Ordering::Relaxed);
         if let Some(flight) = self.flight {
-            flight.since_ns.store(0, Ordering::Release);
+            flight.end();
         }
     }
 }
@@ -158,17 +231,14 @@ impl RequestStats {
     pub fn start(&self, op: Op, node: u64) -> Timer<'_> {
         let start = Instant::now();
         let since_ns = start.duration_since(self.started).as_nanos() as u64 + 1;
-        // Only this thread writes its slot; the release orders the request's fields before
-        // `since_ns` for the readers, which skip a slot whose `since_ns` is 0.
+        // Only this thread writes its slot; a busy one (a request started inside another)
+        // keeps the outer request.
         let flight = self
             .flights
             .get(thread_flight_slot())
-            .filter(|flight| flight.since_ns.load(Ordering::Relaxed) == 0);
+            .filter(|flight| flight.is_idle());
         if let Some(flight) = flight {
-            flight.op.store(op as usize, Ordering::Relaxed);
-            flight.node.store(node, Ordering::Relaxed);
-            flight.reported.store(false, Ordering::Relaxed);
-            flight.since_ns.store(since_ns, Ordering::Release);
+            flight.begin(op as u64, node, since_ns);
         }
         Timer {
             slot: &self.slots[op as usize],
@@ -183,7 +253,7 @@ impl RequestStats {
         let mut out: Vec<InFlight> = self
             .flights
             .iter()
-            .filter_map(|flight| flight.read(now_ns))
+            .filter_map(|flight| flight.read(now_ns).map(|(_, found)| found))
             .collect();
         out.sort_by_key(|flight| std::cmp::Reverse(flight.age));
         out
@@ -194,11 +264,7 @@ impl RequestStats {
         let now_ns = self.started.elapsed().as_nanos() as u64 + 1;
         self.flights
             .iter()
-            .filter_map(|flight| {
-                let found = flight.read(now_ns)?;
-                let due = found.age >= limit && !flight.reported.swap(true, Ordering::Relaxed);
-                due.then_some(found)
-            })
+            .filter_map(|flight| flight.take_if_older(now_ns, limit))
             .collect()
     }
 
@@ -396,5 +462,42 @@ mod tests {
         assert_eq!(other, 2, "each thread has its own slot");
         drop(timer);
         assert!(stats.in_flight().is_empty());
+    }
+
+    mod models {
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use loom::sync::atomic::AtomicU64 as LoomWord;
+
+        use super::super::{FlightSlot, Op};
+
+        // The slot's thread ends a request that has run long and starts the next while the
+        // watchdog takes the old one. A report names one request throughout (its type, node
+        // and age), the mark never lands on the next request, and that one is reported once
+        // it is old in turn.
+        #[test]
+        fn watchdog_against_the_next_request() {
+            loom::model(|| {
+                let slot = Arc::new(FlightSlot::<LoomWord>::idle());
+                slot.begin(Op::Fsync as u64, 42, 1);
+                let server = {
+                    let slot = Arc::clone(&slot);
+                    loom::thread::spawn(move || {
+                        slot.end();
+                        slot.begin(Op::Lookup as u64, 7, 1_000);
+                    })
+                };
+                let limit = Duration::from_nanos(500);
+                if let Some(found) = slot.take_if_older(1_100, limit) {
+                    let want = ("fsync", 42, Duration::from_nanos(1_099));
+                    assert_eq!((found.name, found.node, found.age), want);
+                }
+                server.join().unwrap();
+                let found = slot.take_if_older(2_000, limit);
+                let hung = found.is_some_and(|found| (found.name, found.node) == ("lookup", 7));
+                assert!(hung, "the hung second request was not reported: {found:?}");
+            });
+        }
     }
 }
