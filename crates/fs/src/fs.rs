@@ -372,7 +372,7 @@ impl Filesystem {
     /// Frees the extents of intents recovery found unfinished, then logs their done items.
     fn finish_intents(&self) -> Result<(), FsError> {
         for intent in self.recovery.unfinished_intents.clone() {
-            let mut tx = self.begin(Reservation::remove(&self.geometry))?;
+            let mut tx = self.begin_finishing(Reservation::remove(&self.geometry))?;
             let sequence = crate::glue::free_sequence(&self.journal);
             // Ascending AG order, as the allocator requires within one transaction.
             let mut extents = intent.extents.clone();
@@ -423,6 +423,16 @@ impl Filesystem {
     pub(crate) fn begin(&self, reservation: Reservation) -> Result<Tx<'_>, FsError> {
         Ok(Tx {
             tx: self.journal.begin(reservation)?,
+            deferred_frees: Vec::new(),
+        })
+    }
+
+    /// Starts the transaction that finishes an intent a committed one logged (frees its
+    /// extents, logs its done item): it draws on log space kept for this, so it never waits
+    /// behind reservations waiting for the tail the intent holds (`Journal::begin_finishing`).
+    pub(crate) fn begin_finishing(&self, reservation: Reservation) -> Result<Tx<'_>, FsError> {
+        Ok(Tx {
+            tx: self.journal.begin_finishing(reservation)?,
             deferred_frees: Vec::new(),
         })
     }
