@@ -99,6 +99,8 @@ class PhaseCounter:
         if done.returncode != 0:
             reason = (done.stderr.strip().splitlines() or ["failed"])[-1]
             raise RuntimeError(f"{self.binary} stats {self.mountpoint}: {reason}")
+        if SECTION not in done.stdout.splitlines():
+            raise RuntimeError(f"{self.binary} stats {self.mountpoint}: no {SECTION} table")
         return parse(done.stdout)
 
     def start(self):

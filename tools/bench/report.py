@@ -229,6 +229,8 @@ def daemon_time(record, names, per):
     """The daemon time of the request types `names` divided by `per`; None when the
     rounding of the statistics' means leaves it uncertain by more than a tenth (a few
     requests of a type of which many were counted before the phase)."""
+    if not any(name in record["daemon_us"] for name in names):
+        return None  # the statistics had no times
     us = sum(record["daemon_us"].get(name, 0.0) for name in names)
     error = sum(record.get("daemon_us_error", {}).get(name, 0.0) for name in names)
     if error > 0.1 * us:
@@ -416,7 +418,9 @@ def main(argv):
                   f"{DASH} where the", "rounding of the statistics leaves it uncertain by "
                   "more than 10%; same layout:", ""]
         lines += requests
-    lines += ["What was measured:", ""] + context(results) + [""]
+    measured = context(results)
+    if measured:
+        lines += ["What was measured:", ""] + measured + [""]
     extra = notes(results)
     if extra:
         lines += ["Not measured:", ""] + extra + [""]
