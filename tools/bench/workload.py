@@ -7,11 +7,16 @@ files whose extents a locality report should look at. tools/bench-compare runs t
 every filesystem side by side.
 
   createunlink MNT --files N --workers W   empty files: create all, sync, unlink all, sync
+      [--create-only]                      (or only create and sync)
   append MNT --mib M --writers W           512 KiB O_DIRECT writes, fsync after each
   fill MNT --percent P --writers W         random file sizes until P% of the fs is used
   untar MNT TARBALL                        tar -x then sync; find (stat every entry); rm -r
   find MNT / rm MNT                        the find and remove phases alone (after a remount)
   fio MNT --phase write|seqread|random     fio, buffered and O_DIRECT (remount between phases)
+
+With --cairn-stats CAIRN (createunlink, untar, find, rm on a cairn mount), each timed phase
+also prints the FUSE requests it cost, read with `CAIRN stats MNT` right before and after it
+(tools/bench/cairn_stats.py), as a {"requests": {...}} line.
 
 "sync" is make_durable(): syncfs, then a new file fsynced (syncfs does not reach a FUSE
 daemon's log). Needs only the Python standard library. Workers are processes (not threads),
@@ -24,11 +29,16 @@ import json
 import math
 import mmap
 import multiprocessing
+import multiprocessing.connection
 import os
 import random
 import subprocess
 import sys
+import tarfile
+import threading
 import time
+
+from cairn_stats import PhaseCounter
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 APPEND_CHUNK = 512 << 10
@@ -73,23 +83,78 @@ def make_durable(mountpoint):
 MARKERS = 0
 
 
-def run_workers(count, target, args):
-    """Runs `target(index, *args, barrier)` in `count` processes; returns the wall time
-    between the start barrier and the end barrier (both include the parent)."""
+def run_workers(count, target, args, on_ready=None):
+    """Runs `target(index, *args, gate)` in `count` processes; returns the wall time between
+    the start gate and the end gate. Each target prepares, calls gate.start(), does the
+    measured work and calls gate.end(). `on_ready` runs once every worker has prepared,
+    before the start (it is not timed). A worker that fails breaks the gates, so the others
+    and the parent stop waiting, and its error ends the workload."""
     ctx = multiprocessing.get_context("fork")
-    barrier = ctx.Barrier(count + 1)
-    procs = [ctx.Process(target=target, args=(i, *args, barrier)) for i in range(count)]
+    gate = Gate(ctx.Barrier(count + 1), ctx.SimpleQueue())
+    procs = [ctx.Process(target=guarded, args=(target, i, args, gate)) for i in range(count)]
     for proc in procs:
         proc.start()
-    barrier.wait()
-    start = time.perf_counter()
-    barrier.wait()
-    elapsed = time.perf_counter() - start
+    threading.Thread(target=watch, args=(procs, gate.barrier), daemon=True).start()
+    try:
+        gate.barrier.wait()
+        if on_ready:
+            on_ready()
+        gate.barrier.wait()
+        start = time.perf_counter()
+        gate.barrier.wait()
+        elapsed = time.perf_counter() - start
+    except threading.BrokenBarrierError:
+        elapsed = None
+    except BaseException:
+        gate.barrier.abort()  # the workers must not wait for a parent that has given up
+        raise
     for proc in procs:
         proc.join()
-        if proc.exitcode != 0:
-            raise SystemExit(f"a worker failed (exit {proc.exitcode})")
+    failed = [proc.exitcode for proc in procs if proc.exitcode != 0]
+    if failed or elapsed is None:
+        reason = gate.errors.get() if not gate.errors.empty() else f"exit {failed}"
+        raise SystemExit(f"a worker failed: {reason}")
     return elapsed
+
+
+def watch(procs, barrier):
+    """Breaks the barrier when a worker dies without a word (a signal, os._exit)."""
+    pending = {proc.sentinel: proc for proc in procs}
+    while pending:
+        for sentinel in multiprocessing.connection.wait(list(pending)):
+            proc = pending.pop(sentinel)
+            proc.join()
+            if proc.exitcode != 0:
+                barrier.abort()
+                return
+
+
+class Gate:
+    """The barriers a worker passes, ready and start (gate.start()) and end (gate.end()),
+    and where a failing worker leaves its error."""
+
+    def __init__(self, barrier, errors):
+        self.barrier, self.errors = barrier, errors
+
+    def start(self):
+        self.barrier.wait()
+        self.barrier.wait()
+
+    def end(self):
+        self.barrier.wait()
+
+
+def guarded(target, index, args, gate):
+    """Runs a worker; on a failure leaves its error and breaks the barrier, so nobody waits
+    for this worker any more."""
+    try:
+        target(index, *args, gate)
+    except threading.BrokenBarrierError:
+        raise SystemExit(1)  # another worker failed and said why
+    except BaseException as err:
+        gate.errors.put(f"worker {index}: {type(err).__name__}: {err}")
+        gate.barrier.abort()
+        raise
 
 
 def file_names(root, worker, count):
@@ -97,53 +162,63 @@ def file_names(root, worker, count):
     return [f"{root}/w{worker}/d{i % dirs}/f{i}" for i in range(count)]
 
 
-def create_worker(index, root, count, barrier):
+def create_worker(index, root, count, gate):
     names = file_names(root, index, count)
     for d in sorted({os.path.dirname(n) for n in names}):
         os.makedirs(d, exist_ok=True)
-    barrier.wait()
+    gate.start()
     for name in names:
         os.close(os.open(name, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644))
-    barrier.wait()
+    gate.end()
 
 
-def unlink_worker(index, root, count, barrier):
+def unlink_worker(index, root, count, gate):
     names = file_names(root, index, count)
-    barrier.wait()
+    gate.start()
     for name in names:
         os.unlink(name)
-    barrier.wait()
+    gate.end()
+
+
+def timed_phase(args, counter, phase, target, workload_args, files):
+    """Runs `target` in args.workers processes, then make_durable(); returns the seconds
+    of both; counts the FUSE requests of both (counter) as phase `phase`."""
+    elapsed = run_workers(args.workers, target, workload_args, on_ready=counter.start)
+    start = time.perf_counter()
+    make_durable(args.mountpoint)
+    elapsed += time.perf_counter() - start
+    counter.stop(phase, files)
+    return elapsed
 
 
 def cmd_createunlink(args):
     root = os.path.join(args.mountpoint, f"cu{args.workers}")
     per_worker = args.files // args.workers
     total = per_worker * args.workers
-    elapsed = run_workers(args.workers, create_worker, (root, per_worker))
-    start = time.perf_counter()
-    make_durable(args.mountpoint)
-    created = elapsed + time.perf_counter() - start
-    elapsed = run_workers(args.workers, unlink_worker, (root, per_worker))
-    start = time.perf_counter()
-    make_durable(args.mountpoint)
-    removed = elapsed + time.perf_counter() - start
+    counter = PhaseCounter(args.cairn_stats, args.mountpoint)
+    created = timed_phase(args, counter, "create", create_worker, (root, per_worker), total)
+    if args.create_only:
+        clients = f"{args.workers} client" + ("s" if args.workers > 1 else "")
+        emit(f"create empty files, {clients}", total / created, "files/s")
+        return
+    removed = timed_phase(args, counter, "unlink", unlink_worker, (root, per_worker), total)
     emit(f"create empty files, {args.workers} thr", total / created, "files/s")
     emit(f"unlink empty files, {args.workers} thr", total / removed, "files/s")
 
 
-def append_worker(index, root, mib, barrier):
+def append_worker(index, root, mib, gate):
     path = f"{root}/file{index}"
     buf = mmap.mmap(-1, APPEND_CHUNK)  # page-aligned, as O_DIRECT needs
     buf.write(bytes([index + 1]) * APPEND_CHUNK)
     fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o644)
-    barrier.wait()
+    gate.start()
     for _ in range(mib * (1 << 20) // APPEND_CHUNK):
         written = os.write(fd, buf)
         if written != APPEND_CHUNK:
             raise SystemExit(f"{path}: short O_DIRECT write of {written} bytes")
         os.fsync(fd)
     os.close(fd)
-    barrier.wait()
+    gate.end()
 
 
 def cmd_append(args):
@@ -176,10 +251,10 @@ def fill_sizes(rng, need_bytes, min_bytes, max_bytes):
     return sizes
 
 
-def fill_worker(index, root, sizes, writers, barrier):
+def fill_worker(index, root, sizes, writers, gate):
     block = os.urandom(FILL_WRITE)
     os.makedirs(f"{root}/w{index}", exist_ok=True)
-    barrier.wait()
+    gate.start()
     for number in range(index, len(sizes), writers):
         remaining = sizes[number]
         with open(f"{root}/w{index}/f{number}", "wb", buffering=0) as out:
@@ -187,7 +262,7 @@ def fill_worker(index, root, sizes, writers, barrier):
                 step = min(remaining, FILL_WRITE)
                 out.write(block[:step])
                 remaining -= step
-    barrier.wait()
+    gate.end()
 
 
 def cmd_fill(args):
@@ -215,17 +290,27 @@ def cmd_fill(args):
 
 
 def count_entries(root):
-    return sum(len(files) + len(dirs) for _, dirs, files in os.walk(root))
+    """(entries, regular files) under root."""
+    entries = files = 0
+    for top, dirs, names in os.walk(root):
+        entries += len(dirs) + len(names)
+        files += sum(1 for name in names if os.path.isfile(os.path.join(top, name)))
+    return entries, files
 
 
 def cmd_untar(args):
     root = os.path.join(args.mountpoint, "tree")
     os.makedirs(root, exist_ok=True)
+    with tarfile.open(args.tarball) as tar:
+        files = sum(1 for member in tar if member.isfile())
+    counter = PhaseCounter(args.cairn_stats, args.mountpoint)
+    counter.start()
     start = time.perf_counter()
     subprocess.run(["tar", "-xf", args.tarball, "-C", root], check=True)
     make_durable(args.mountpoint)
     elapsed = time.perf_counter() - start
-    entries = count_entries(root)
+    counter.stop("untar", files)
+    entries, _ = count_entries(root)
     size_mib = os.path.getsize(args.tarball) / (1 << 20)
     emit("source tree: untar + sync", entries / elapsed, "entries/s")
     emit("source tree: untar + sync (data)", size_mib / elapsed, "MiB/s")
@@ -234,21 +319,29 @@ def cmd_untar(args):
 
 def cmd_find(args):
     root = os.path.join(args.mountpoint, "tree")
+    counter = PhaseCounter(args.cairn_stats, args.mountpoint)
+    counter.start()
     start = time.perf_counter()
-    # -printf %s needs each entry's attributes: a stat of everything, as `ls -lR` does.
-    out = subprocess.run(["find", root, "-printf", "%s\n"], check=True,
+    # %s needs each entry's attributes: a stat of everything, as `ls -lR` does.
+    out = subprocess.run(["find", root, "-printf", "%y %s\n"], check=True,
                          stdout=subprocess.PIPE).stdout
     elapsed = time.perf_counter() - start
-    emit("source tree: find + stat (cold)", out.count(b"\n") / elapsed, "entries/s")
+    lines = out.splitlines()
+    counter.stop("find", sum(1 for line in lines if line.startswith(b"f ")))
+    emit("source tree: find + stat (cold)", len(lines) / elapsed, "entries/s")
 
 
 def cmd_rm(args):
     root = os.path.join(args.mountpoint, "tree")
-    entries = count_entries(root)
+    entries, files = count_entries(root)
+    counter = PhaseCounter(args.cairn_stats, args.mountpoint)
+    counter.start()
     start = time.perf_counter()
     subprocess.run(["rm", "-rf", root], check=True)
     make_durable(args.mountpoint)
-    emit("source tree: rm -r + sync", entries / (time.perf_counter() - start), "entries/s")
+    elapsed = time.perf_counter() - start
+    counter.stop("rm", files)
+    emit("source tree: rm -r + sync", entries / elapsed, "entries/s")
 
 
 # fio jobs of each phase: metric, file, O_DIRECT, rw, block size, unit. The write phase lays
@@ -301,10 +394,14 @@ def cmd_fio(args):
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("createunlink")
+    counted = argparse.ArgumentParser(add_help=False)
+    counted.add_argument("--cairn-stats", metavar="CAIRN", default=None,
+                         help="count each phase's FUSE requests with `CAIRN stats MNT`")
+    p = sub.add_parser("createunlink", parents=[counted])
     p.add_argument("mountpoint")
     p.add_argument("--files", type=int, default=10000)
     p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--create-only", action="store_true", help="no unlink phase")
     p = sub.add_parser("append")
     p.add_argument("mountpoint")
     p.add_argument("--mib", type=int, default=64, help="MiB per file")
@@ -315,11 +412,11 @@ def parse_args(argv):
     p.add_argument("--writers", type=int, default=4)
     p.add_argument("--max-mib", type=int, default=256, help="largest file")
     p.add_argument("--seed", type=int, default=1)
-    p = sub.add_parser("untar")
+    p = sub.add_parser("untar", parents=[counted])
     p.add_argument("mountpoint")
     p.add_argument("tarball")
     for name in ("find", "rm"):
-        sub.add_parser(name).add_argument("mountpoint")
+        sub.add_parser(name, parents=[counted]).add_argument("mountpoint")
     p = sub.add_parser("fio")
     p.add_argument("mountpoint")
     p.add_argument("--phase", choices=sorted(FIO_PHASES), required=True)

@@ -307,8 +307,8 @@ fn data_bad(block: &[u8], field: &'static str, value: u64, why: &'static str) ->
     bad_field(DATA, at, field, value, why)
 }
 
-/// Walks the regions of a data block, checking that they tile the body exactly.
-fn regions(block: &[u8]) -> Result<Vec<Region>, FormatError> {
+/// Checks that a data block's size can be tiled by regions.
+fn check_data_size(block: &[u8]) -> Result<(), FormatError> {
     need(DATA, block, DIR_DATA_HEADER_SIZE)?;
     if block.len() > 1 << 16 || !block.len().is_multiple_of(8) {
         return Err(data_bad(
@@ -318,57 +318,111 @@ fn regions(block: &[u8]) -> Result<Vec<Region>, FormatError> {
             "not a directory block size",
         ));
     }
-    let mut out = Vec::new();
-    let mut at = DIR_DATA_HEADER_SIZE;
-    while at < block.len() {
-        // `at` is 8-aligned and the block length a multiple of 8, so 8 bytes remain.
-        let region = if get_u16(block, at) == FREE_TAG {
-            Region::Free {
-                offset: at,
-                length: usize::from(get_u16(block, at + 2)),
-            }
-        } else {
-            let name_len = usize::from(get_u8(block, at + 1));
-            Region::Entry {
-                offset: at,
-                length: dir_entry_bytes(name_len),
-            }
-        };
-        let (Region::Free { length, .. } | Region::Entry { length, .. }) = region;
-        if length < 8 || !length.is_multiple_of(8) || at + length > block.len() {
-            return Err(data_bad(
-                block,
-                "length",
-                length as u64,
-                "region misaligned or too long",
-            ));
-        }
-        if usize::from(get_u16(block, at + length - 2)) != at {
-            return Err(data_bad(
-                block,
-                "tag",
-                at as u64,
-                "tag differs from the region offset",
-            ));
-        }
-        out.push(region);
-        at += length;
-    }
-    Ok(out)
+    Ok(())
 }
 
-fn decode_entry(block: &[u8], offset: usize) -> Result<DirDataEntry, FormatError> {
+/// The regions of a data block in offset order, read without allocating; each is checked to
+/// fit the block and to carry its tag, so the walk stops with an error where the tiling breaks.
+struct RegionWalk<'a> {
+    block: &'a [u8],
+    at: usize,
+}
+
+impl<'a> RegionWalk<'a> {
+    fn new(block: &'a [u8]) -> Result<Self, FormatError> {
+        check_data_size(block)?;
+        Ok(Self {
+            block,
+            at: DIR_DATA_HEADER_SIZE,
+        })
+    }
+}
+
+/// The region starting at `at` (8-aligned, inside the body), checked to fit and be tagged.
+fn region_at(block: &[u8], at: usize) -> Result<Region, FormatError> {
+    // `at` is 8-aligned and the block length a multiple of 8, so 8 bytes remain.
+    let region = if get_u16(block, at) == FREE_TAG {
+        Region::Free {
+            offset: at,
+            length: usize::from(get_u16(block, at + 2)),
+        }
+    } else {
+        let name_len = usize::from(get_u8(block, at + 1));
+        Region::Entry {
+            offset: at,
+            length: dir_entry_bytes(name_len),
+        }
+    };
+    let (Region::Free { length, .. } | Region::Entry { length, .. }) = region;
+    if length < 8 || !length.is_multiple_of(8) || at + length > block.len() {
+        return Err(data_bad(
+            block,
+            "length",
+            length as u64,
+            "region misaligned or too long",
+        ));
+    }
+    if usize::from(get_u16(block, at + length - 2)) != at {
+        return Err(data_bad(
+            block,
+            "tag",
+            at as u64,
+            "tag differs from the region offset",
+        ));
+    }
+    Ok(region)
+}
+
+impl Iterator for RegionWalk<'_> {
+    type Item = Result<Region, FormatError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.at >= self.block.len() {
+            return None;
+        }
+        let region = region_at(self.block, self.at);
+        match region {
+            Ok(Region::Entry { length, .. } | Region::Free { length, .. }) => self.at += length,
+            // Nothing after a break in the tiling can be located.
+            Err(_) => self.at = self.block.len(),
+        }
+        Some(region)
+    }
+}
+
+/// A live entry of a data block, borrowed from the block's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirDataEntryRef<'a> {
+    pub offset: u16,
+    pub inode: u64,
+    pub file_type: FileType,
+    pub name: &'a [u8],
+}
+
+impl DirDataEntryRef<'_> {
+    /// The entry with its name copied out of the block.
+    pub fn to_owned(&self) -> DirDataEntry {
+        DirDataEntry {
+            offset: self.offset,
+            inode: self.inode,
+            file_type: self.file_type,
+            name: self.name.to_vec(),
+        }
+    }
+}
+
+fn decode_entry_ref(block: &[u8], offset: usize) -> Result<DirDataEntryRef<'_>, FormatError> {
     let code = get_u8(block, offset);
     let name_len = usize::from(get_u8(block, offset + 1));
     let inode = get_u64(block, offset + 2);
     let file_type = FileType::from_code(code)
         .ok_or_else(|| data_bad(block, "file_type", code.into(), "unknown file type code"))?;
-    let name = block[offset + 10..offset + 10 + name_len].to_vec();
-    check_name(&name)?;
+    let name = &block[offset + 10..offset + 10 + name_len];
+    check_name(name)?;
     if inode == 0 {
         return Err(data_bad(block, "inode", 0, "entry names no inode"));
     }
-    Ok(DirDataEntry {
+    Ok(DirDataEntryRef {
         offset: offset as u16,
         inode,
         file_type,
@@ -376,16 +430,59 @@ fn decode_entry(block: &[u8], offset: usize) -> Result<DirDataEntry, FormatError
     })
 }
 
-/// The live entries of a data block, in offset order, after checking the block's structure
-/// (regions tile the body, entries valid, free regions merged, best-free summary exact).
-pub fn dir_data_entries(block: &[u8]) -> Result<Vec<DirDataEntry>, FormatError> {
-    let regions = regions(block)?;
-    let mut entries = Vec::new();
+/// The live entries of a data block in offset order, borrowed, without allocating. Checks
+/// each region's fit and each entry as it goes; the block-wide rules (merged free regions,
+/// the best-free summary) are `dir_data_check`'s, which a block's read verifier runs once.
+pub fn dir_data_iter(
+    block: &[u8],
+) -> impl Iterator<Item = Result<DirDataEntryRef<'_>, FormatError>> + '_ {
+    let walk = RegionWalk::new(block);
+    let (walk, failed) = match walk {
+        Ok(walk) => (Some(walk), None),
+        Err(e) => (None, Some(Err(e))),
+    };
+    failed.into_iter().chain(
+        walk.into_iter()
+            .flatten()
+            .filter_map(move |region| match region {
+                Ok(Region::Entry { offset, .. }) => Some(decode_entry_ref(block, offset)),
+                Ok(Region::Free { .. }) => None,
+                Err(e) => Some(Err(e)),
+            }),
+    )
+}
+
+/// The live entry at `offset`, if a region starts there and is an entry: found by walking
+/// the regions from the start of the body, so an offset inside another region (a corrupt
+/// index record) is never read as an entry.
+pub fn dir_data_entry_at(
+    block: &[u8],
+    offset: u16,
+) -> Result<Option<DirDataEntryRef<'_>>, FormatError> {
+    let target = usize::from(offset);
+    for region in RegionWalk::new(block)? {
+        match region? {
+            Region::Entry { offset, .. } if offset == target => {
+                return decode_entry_ref(block, offset).map(Some);
+            }
+            Region::Entry { offset, .. } | Region::Free { offset, .. } if offset >= target => {
+                return Ok(None);
+            }
+            _ => {}
+        }
+    }
+    Ok(None)
+}
+
+/// Checks a data block's whole structure without allocating: the regions tile the body,
+/// every entry is valid, free regions are merged and the best-free summary is exact.
+pub fn dir_data_check(block: &[u8]) -> Result<(), FormatError> {
     let mut previous_free = false;
-    for region in &regions {
-        match *region {
+    let mut best = BestFree::default();
+    for region in RegionWalk::new(block)? {
+        match region? {
             Region::Entry { offset, .. } => {
-                entries.push(decode_entry(block, offset)?);
+                decode_entry_ref(block, offset)?;
                 previous_free = false;
             }
             Region::Free { offset, .. } if previous_free => {
@@ -396,7 +493,10 @@ pub fn dir_data_entries(block: &[u8]) -> Result<Vec<DirDataEntry>, FormatError> 
                     "adjacent free regions",
                 ));
             }
-            Region::Free { .. } => previous_free = true,
+            Region::Free { offset, length } => {
+                best.offer(offset, length);
+                previous_free = true;
+            }
         }
     }
     let header = DirDataHeader::decode(block)?;
@@ -407,7 +507,7 @@ pub fn dir_data_entries(block: &[u8]) -> Result<Vec<DirDataEntry>, FormatError> 
         block,
         60..DIR_DATA_HEADER_SIZE,
     )?;
-    if header.best_free != best_free(&regions) {
+    if header.best_free != best.0 {
         let largest = u64::from(header.best_free[0].length);
         return Err(data_bad(
             block,
@@ -416,7 +516,7 @@ pub fn dir_data_entries(block: &[u8]) -> Result<Vec<DirDataEntry>, FormatError> 
             "disagrees with the free regions",
         ));
     }
-    Ok(entries)
+    Ok(())
 }
 
 /// Repair's reading of a data block that `dir_data_entries` refuses: if its regions still
@@ -424,36 +524,52 @@ pub fn dir_data_entries(block: &[u8]) -> Result<Vec<DirDataEntry>, FormatError> 
 /// merged, the best-free summary is recomputed and the pad zeroed, in `block`. Returns the
 /// entries kept (the header's own fields are the caller's to rewrite).
 pub fn dir_data_salvage(block: &mut [u8]) -> Result<Vec<DirDataEntry>, FormatError> {
-    for region in regions(block)? {
-        if let Region::Entry { offset, length } = region
-            && decode_entry(block, offset).is_err()
+    let mut broken = Vec::new();
+    for region in RegionWalk::new(block)? {
+        if let Region::Entry { offset, length } = region?
+            && decode_entry_ref(block, offset).is_err()
         {
-            write_free(block, offset, length);
+            broken.push((offset, length));
         }
+    }
+    for (offset, length) in broken {
+        write_free(block, offset, length);
     }
     tidy(block)?;
     put_u32(block, 60, 0);
     dir_data_entries(block)
 }
 
-fn best_free(regions: &[Region]) -> [FreeRegion; 3] {
-    let mut free: Vec<FreeRegion> = regions
-        .iter()
-        .filter_map(|r| match *r {
-            Region::Free { offset, length } => Some(FreeRegion {
-                offset: offset as u16,
-                length: length as u16,
-            }),
-            Region::Entry { .. } => None,
-        })
-        .collect();
-    // Largest first; equal lengths by offset, so the summary is unique.
-    free.sort_by(|a, b| b.length.cmp(&a.length).then(a.offset.cmp(&b.offset)));
-    let mut best = [FreeRegion::default(); 3];
-    for (slot, region) in best.iter_mut().zip(free) {
-        *slot = region;
+/// The live entries of a data block, in offset order, after checking the block's structure
+/// (regions tile the body, entries valid, free regions merged, best-free summary exact).
+pub fn dir_data_entries(block: &[u8]) -> Result<Vec<DirDataEntry>, FormatError> {
+    dir_data_check(block)?;
+    dir_data_iter(block)
+        .map(|entry| entry.map(|e| e.to_owned()))
+        .collect()
+}
+
+/// The three largest free regions seen, largest first, equal lengths by offset (so the
+/// summary is unique).
+#[derive(Debug, Default)]
+struct BestFree([FreeRegion; 3]);
+
+impl BestFree {
+    fn offer(&mut self, offset: usize, length: usize) {
+        let region = FreeRegion {
+            offset: offset as u16,
+            length: length as u16,
+        };
+        let ranks_before = |slot: &FreeRegion| {
+            slot.length == 0
+                || region.length > slot.length
+                || (region.length == slot.length && region.offset < slot.offset)
+        };
+        if let Some(at) = self.0.iter().position(ranks_before) {
+            self.0.copy_within(at..2, at + 1);
+            self.0[at] = region;
+        }
     }
-    best
 }
 
 fn write_free(block: &mut [u8], offset: usize, length: usize) {
@@ -465,28 +581,53 @@ fn write_free(block: &mut [u8], offset: usize, length: usize) {
 
 /// Merges adjacent free regions and rewrites the best-free summary.
 fn tidy(block: &mut [u8]) -> Result<(), FormatError> {
-    let mut regions = regions(block)?;
-    let mut index = 0;
-    while index + 1 < regions.len() {
-        if let (Region::Free { offset, length }, Region::Free { length: next, .. }) =
-            (regions[index], regions[index + 1])
-        {
-            write_free(block, offset, length + next);
-            regions[index] = Region::Free {
-                offset,
-                length: length + next,
-            };
-            regions.remove(index + 1);
-        } else {
-            index += 1;
+    check_data_size(block)?;
+    let mut best = BestFree::default();
+    let mut at = DIR_DATA_HEADER_SIZE;
+    let mut free_run: Option<(usize, usize)> = None;
+    while at < block.len() {
+        let region = region_at(block, at)?;
+        match region {
+            Region::Free { offset, length } => {
+                if let Some((start, run)) = free_run {
+                    write_free(block, start, run + length);
+                    free_run = Some((start, run + length));
+                } else {
+                    free_run = Some((offset, length));
+                }
+                at = offset + length;
+            }
+            Region::Entry { offset, length } => {
+                if let Some((start, run)) = free_run.take() {
+                    best.offer(start, run);
+                }
+                at = offset + length;
+            }
         }
     }
-    let best = best_free(&regions);
-    for (index, region) in best.iter().enumerate() {
+    if let Some((start, run)) = free_run {
+        best.offer(start, run);
+    }
+    for (index, region) in best.0.iter().enumerate() {
         put_u16(block, HEADER_SIZE + 4 * index, region.offset);
         put_u16(block, HEADER_SIZE + 4 * index + 2, region.length);
     }
     Ok(())
+}
+
+/// The first free region `pick` accepts (given its offset and length), walking in order.
+fn first_free<T>(
+    block: &[u8],
+    mut pick: impl FnMut(usize, usize) -> Option<T>,
+) -> Result<Option<T>, FormatError> {
+    for region in RegionWalk::new(block)? {
+        if let Region::Free { offset, length } = region?
+            && let Some(found) = pick(offset, length)
+        {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
 }
 
 /// Formats an empty data block: the header, then one free region over the whole body.
@@ -523,10 +664,9 @@ pub fn dir_data_insert(
         return Err(data_bad(block, "inode", 0, "entry names no inode"));
     }
     let needed = dir_entry_bytes(name.len());
-    let found = regions(block)?.into_iter().find_map(|r| match r {
-        Region::Free { offset, length } if length >= needed => Some((offset, length)),
-        _ => None,
-    });
+    let found = first_free(block, |offset, length| {
+        (length >= needed).then_some((offset, length))
+    })?;
     let Some((offset, length)) = found else {
         return Ok(None);
     };
@@ -562,12 +702,9 @@ pub fn dir_data_insert_at(
     if at < DIR_DATA_HEADER_SIZE || !at.is_multiple_of(8) {
         return Ok(false);
     }
-    let found = regions(block)?.into_iter().find_map(|r| match r {
-        Region::Free { offset, length } if offset <= at && at + needed <= offset + length => {
-            Some((offset, length))
-        }
-        _ => None,
-    });
+    let found = first_free(block, |offset, length| {
+        (offset <= at && at + needed <= offset + length).then_some((offset, length))
+    })?;
     let Some((start, length)) = found else {
         return Ok(false);
     };
@@ -591,10 +728,18 @@ pub fn dir_data_insert_at(
 /// Removes the entry at `offset`, turning it into free space merged with its neighbours.
 pub fn dir_data_remove(block: &mut [u8], offset: u16) -> Result<(), FormatError> {
     let target = usize::from(offset);
-    let length = regions(block)?.into_iter().find_map(|r| match r {
-        Region::Entry { offset, length } if offset == target => Some(length),
-        _ => None,
-    });
+    let mut length = None;
+    for region in RegionWalk::new(block)? {
+        if let Region::Entry {
+            offset,
+            length: bytes,
+        } = region?
+            && offset == target
+        {
+            length = Some(bytes);
+            break;
+        }
+    }
     let Some(length) = length else {
         return Err(data_bad(
             block,
@@ -775,6 +920,50 @@ mod tests {
         assert_eq!(entries[0].inode, 0xffff_ffff);
     }
 
+    // The borrowed reads agree with the model: the iterator lists its entries, each entry's
+    // offset finds it and an offset inside an entry finds none, and the best-free summary is
+    // the three largest free regions (counted here by sorting, not by the code under test).
+    fn check_borrowed_reads(
+        block: &[u8],
+        model: &BTreeMap<u16, (Vec<u8>, u64)>,
+    ) -> Result<(), TestCaseError> {
+        let listed: Vec<(u16, Vec<u8>, u64)> = dir_data_iter(block)
+            .map(|e| e.map(|e| (e.offset, e.name.to_vec(), e.inode)))
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let expected: Vec<(u16, Vec<u8>, u64)> = model
+            .iter()
+            .map(|(at, (n, i))| (*at, n.clone(), *i))
+            .collect();
+        prop_assert_eq!(listed, expected);
+        for (at, (name, _)) in model {
+            let found = dir_data_entry_at(block, *at).unwrap().unwrap();
+            prop_assert_eq!(found.name, name.as_slice());
+            prop_assert!(
+                dir_data_entry_at(block, *at + 8)
+                    .unwrap()
+                    .is_none_or(|e| e.offset == *at + 8)
+            );
+        }
+        let mut free: Vec<FreeRegion> = RegionWalk::new(block)
+            .unwrap()
+            .filter_map(|r| match r.unwrap() {
+                Region::Free { offset, length } => Some(FreeRegion {
+                    offset: offset as u16,
+                    length: length as u16,
+                }),
+                Region::Entry { .. } => None,
+            })
+            .collect();
+        free.sort_by(|a, b| b.length.cmp(&a.length).then(a.offset.cmp(&b.offset)));
+        free.resize(3, FreeRegion::default());
+        prop_assert_eq!(
+            &DirDataHeader::decode(block).unwrap().best_free[..],
+            &free[..3]
+        );
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -807,6 +996,7 @@ mod tests {
                     .map(|e| (e.offset, (e.name, e.inode)))
                     .collect();
                 prop_assert_eq!(&live, &model);
+                check_borrowed_reads(&block, &model)?;
             }
             for at in model.keys() {
                 dir_data_remove(&mut block, *at).unwrap();
@@ -850,6 +1040,9 @@ mod tests {
         fn dir_random_bytes_never_panic(raw in proptest::collection::vec(any::<u8>(), 0..600)) {
             let _ = ShortformDir::decode(&raw);
             let _ = dir_data_entries(&raw);
+            let _ = dir_data_check(&raw);
+            let _ = dir_data_iter(&raw).count();
+            let _ = dir_data_entry_at(&raw, 64);
             let mut block = raw.clone();
             let _ = dir_data_insert(&mut block, 70, FileType::Fifo, b"x");
             let _ = dir_data_remove(&mut block, 64);

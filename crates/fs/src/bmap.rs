@@ -64,7 +64,7 @@ pub(crate) fn free_intent(
     intent: IntentId,
     removed: &[Extent],
 ) -> Result<(), FsError> {
-    let mut tx = fs.begin(step_reservation(fs))?;
+    let mut tx = fs.begin_finishing(step_reservation(fs))?;
     let sequence = free_sequence(&fs.journal);
     let mut sorted = removed.to_vec();
     sorted.sort_by_key(|piece| piece.fs_block.0);

@@ -13,14 +13,14 @@
 //! moves past blocks that had no room for the name), else into a new block. Freeing a removed
 //! directory goes a few blocks per transaction (`free_blocks_in_steps`).
 
-use cairn_bufcache::{BufKey, HeaderOps, ReadSpec};
+use cairn_bufcache::{BufKey, BufferOps, HeaderOps, ReadSpec};
 use cairn_format::dir::{
-    DIR_DATA_HEADER_SIZE, DirDataEntry, ShortformDir, ShortformEntry, dir_address,
-    dir_data_entries, dir_data_insert, dir_data_insert_at, dir_data_remove, dir_entry_bytes,
-    init_dir_data_block, name_hash, split_dir_address,
+    DIR_DATA_HEADER_SIZE, DirDataEntryRef, ShortformDir, ShortformEntry, dir_address,
+    dir_data_check, dir_data_entry_at, dir_data_insert, dir_data_insert_at, dir_data_iter,
+    dir_data_remove, dir_entry_bytes, init_dir_data_block, name_hash, split_dir_address,
 };
 use cairn_format::inode::{FileType, ForkFormat};
-use cairn_format::{Extent, FsBlock, MetaHeader, MetaKind};
+use cairn_format::{Extent, FormatError, FsBlock, Lsn, MetaHeader, MetaKind};
 use cairn_journal::{IntentId, Reservation};
 
 use crate::FsError;
@@ -32,7 +32,41 @@ use crate::fs::Filesystem;
 use crate::glue::Tx;
 use crate::inode::InodeData;
 
-static DIR_DATA_OPS: HeaderOps = HeaderOps::new(MetaKind::DirData);
+static DIR_DATA_OPS: DirDataOps = DirDataOps;
+
+/// The data block verifier: the common header, then the whole structure (regions tile the
+/// body, entries valid, best-free exact), on every read from disk and before every write
+/// home. So a cached block's tiling holds, and lookups read single entries in place
+/// instead of decoding the block each time.
+#[derive(Debug)]
+struct DirDataOps;
+
+const DIR_DATA_HEADER: HeaderOps = HeaderOps::new(MetaKind::DirData);
+
+impl BufferOps for DirDataOps {
+    fn name(&self) -> &'static str {
+        DIR_DATA_HEADER.name()
+    }
+
+    fn verify_read(&self, block: &[u8], at: FsBlock, spec: &ReadSpec) -> Result<(), FormatError> {
+        DIR_DATA_HEADER.verify_read(block, at, spec)?;
+        dir_data_check(block)
+    }
+
+    fn prepare_write(
+        &self,
+        block: &mut [u8],
+        at: FsBlock,
+        lsn: Option<Lsn>,
+    ) -> Result<(), FormatError> {
+        dir_data_check(block)?;
+        DIR_DATA_HEADER.prepare_write(block, at, lsn)
+    }
+
+    fn kind(&self) -> Option<MetaKind> {
+        DIR_DATA_HEADER.kind()
+    }
+}
 
 /// The name of the parent marker entry in block form (its type `Unknown` is what marks it).
 const PARENT_MARKER: &[u8] = b"..parent";
@@ -55,6 +89,17 @@ pub(crate) struct Found {
     pub file_type: FileType,
     pub cookie: u64,
     pub name: Vec<u8>,
+}
+
+impl Found {
+    fn from_block(entry: &DirDataEntryRef<'_>, cookie: u64) -> Self {
+        Self {
+            inode: entry.inode,
+            file_type: entry.file_type,
+            cookie,
+            name: entry.name.to_vec(),
+        }
+    }
 }
 
 fn shortform(data: &InodeData) -> Result<ShortformDir, FsError> {
@@ -129,18 +174,19 @@ fn block_of(
     }
 }
 
-/// The entries of data block `index`.
-fn block_entries(
+/// Runs `read` on the bytes of data block `index`, a corrupt block reported by its number.
+fn with_block<T>(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
     data: &InodeData,
     index: u32,
-) -> Result<Vec<DirDataEntry>, FsError> {
+    read: impl FnOnce(&[u8]) -> Result<T, FormatError>,
+) -> Result<T, FsError> {
     let block = block_of(fs, tx, data, index)?;
     let guard = tx
         .tx
         .get_buf(BufKey::single(block.0), &spec(fs, data.core.header.blkno))?;
-    dir_data_entries(guard).map_err(|e| FsError::corrupt("directory block", block.0, e.to_string()))
+    read(guard).map_err(|e| FsError::corrupt("directory block", block.0, e.to_string()))
 }
 
 fn address_cookie(index: u32, offset: u16) -> u64 {
@@ -172,20 +218,22 @@ pub(crate) fn entries(
     }
     let first = after.saturating_sub(COOKIE_BASE) >> 13;
     for index in (first as u32)..block_count(fs, data) {
-        for entry in block_entries(fs, tx, data, index)? {
-            let cookie = address_cookie(index, entry.offset);
-            if entry.file_type == FileType::Unknown || cookie <= after {
-                continue;
+        let full = with_block(fs, tx, data, index, |block| {
+            for entry in dir_data_iter(block) {
+                let entry = entry?;
+                let cookie = address_cookie(index, entry.offset);
+                if entry.file_type == FileType::Unknown || cookie <= after {
+                    continue;
+                }
+                if out.len() >= limit {
+                    return Ok(true);
+                }
+                out.push(Found::from_block(&entry, cookie));
             }
-            if out.len() >= limit {
-                return Ok(out);
-            }
-            out.push(Found {
-                inode: entry.inode,
-                file_type: entry.file_type,
-                cookie,
-                name: entry.name,
-            });
+            Ok(false)
+        })?;
+        if full {
+            break;
         }
     }
     Ok(out)
@@ -222,49 +270,54 @@ fn indexed_lookup(
 ) -> Result<Option<(Found, u32)>, FsError> {
     let tree = dir_index::open(fs, data.core.header.blkno, index_marker(fs, tx, data)?)?;
     dir_index::probe(&tree, tx, name_hash(name), |tx, record| {
-        let entry = entry_at(fs, tx, data, record.address)?;
-        Ok((entry.name == name).then(|| {
-            let found = Found {
-                inode: entry.inode,
-                file_type: entry.file_type,
-                cookie: u64::from(record.address) + COOKIE_BASE,
-                name: entry.name,
-            };
-            (found, record.hash)
-        }))
+        let cookie = u64::from(record.address) + COOKIE_BASE;
+        let found = with_entry(fs, tx, data, record.address, |entry| {
+            (entry.name == name).then(|| Found::from_block(&entry, cookie))
+        })?;
+        Ok(found.map(|found| (found, record.hash)))
     })
 }
 
-/// The live entry at data address `address` (the index names it, so it must exist).
-fn entry_at(
+/// Runs `read` on the live entry at data address `address` (the index names it, so it
+/// must exist), read in place.
+fn with_entry<T>(
     fs: &Filesystem,
     tx: &mut Tx<'_>,
     data: &InodeData,
     address: u32,
-) -> Result<DirDataEntry, FsError> {
+    read: impl FnOnce(DirDataEntryRef<'_>) -> T,
+) -> Result<T, FsError> {
+    let dir = data.core.header.blkno;
+    let missing = || {
+        let detail = format!("address {address:#x} names no entry");
+        FsError::corrupt("directory index", dir, detail)
+    };
     let (index, offset) = split_dir_address(address);
     if index >= block_count(fs, data) {
-        return Err(FsError::corrupt(
-            "directory index",
-            data.core.header.blkno,
-            format!("address {address:#x} past the last data block"),
-        ));
+        return Err(missing());
     }
-    block_entries(fs, tx, data, index)?
-        .into_iter()
-        .find(|e| e.offset == offset && e.file_type != FileType::Unknown)
-        .ok_or_else(|| {
-            let detail = format!("address {address:#x} names no entry");
-            FsError::corrupt("directory index", data.core.header.blkno, detail)
-        })
+    with_block(fs, tx, data, index, |block| {
+        let entry = dir_data_entry_at(block, offset)?;
+        Ok(entry.filter(|e| e.file_type != FileType::Unknown).map(read))
+    })?
+    .ok_or_else(missing)
+}
+
+/// The offset and inode field of marker entry `name` in data block 0.
+fn find_marker(block: &[u8], name: &[u8]) -> Result<Option<(u16, u64)>, FormatError> {
+    for entry in dir_data_iter(block) {
+        let entry = entry?;
+        if entry.file_type == FileType::Unknown && entry.name == name {
+            return Ok(Some((entry.offset, entry.inode)));
+        }
+    }
+    Ok(None)
 }
 
 /// The inode field of marker entry `name` in data block 0.
 fn marker(fs: &Filesystem, tx: &mut Tx<'_>, data: &InodeData, name: &[u8]) -> Result<u64, FsError> {
-    block_entries(fs, tx, data, 0)?
-        .into_iter()
-        .find(|e| e.file_type == FileType::Unknown && e.name == name)
-        .map(|e| e.inode)
+    with_block(fs, tx, data, 0, |block| find_marker(block, name))?
+        .map(|(_, value)| value)
         .ok_or_else(|| FsError::corrupt("directory", data.core.header.blkno, "a marker is missing"))
 }
 
@@ -288,14 +341,11 @@ fn set_marker(
     let dir = data.core.header.blkno;
     let block = block_of(fs, tx, data, 0)?;
     let guard = tx.tx.get_buf(BufKey::single(block.0), &spec(fs, dir))?;
-    let entries = dir_data_entries(guard)
-        .map_err(|e| FsError::corrupt("directory block", block.0, e.to_string()))?;
-    let found = entries
-        .iter()
-        .find(|e| e.file_type == FileType::Unknown && e.name == name)
+    let (offset, _) = find_marker(guard, name)
+        .map_err(|e| FsError::corrupt("directory block", block.0, e.to_string()))?
         .ok_or_else(|| FsError::corrupt("directory", dir, "a marker is missing"))?;
     // The entry's inode field sits 2 bytes into it.
-    let at = usize::from(found.offset) + 2;
+    let at = usize::from(offset) + 2;
     guard.write(at, &value.to_le_bytes())?;
     Ok(())
 }
@@ -655,8 +705,9 @@ pub(crate) fn remove(
     {
         let mut ctx = IndexCtx::new(tx, fs, data, &mut map);
         dir_index::remove(&mut tree, &mut ctx, key, |ctx, address| {
-            let entry = entry_at(ctx.fs, ctx.tx, ctx.data, address)?;
-            Ok(name_hash(&entry.name))
+            with_entry(ctx.fs, ctx.tx, ctx.data, address, |entry| {
+                name_hash(entry.name)
+            })
         })?;
         let freed = ctx.take_freed();
         tx.defer_free(freed);

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 use cairn_alloc::Allocator;
 use cairn_blockdev::{AlignedBuf, BlockDevice, FileDevice, OpenOptions};
@@ -50,8 +50,9 @@ pub(crate) fn inode_tree_reserve(geometry: &Geometry) -> u32 {
 pub(crate) struct AgInodes {
     pub count: AtomicI64,
     pub free: AtomicI64,
-    /// False after a chunk allocation failed here; reset when blocks are freed.
-    pub chunk_hint: AtomicBool,
+    /// The `Filesystem::free_epoch` a chunk allocation here last failed in (`u64::MAX`:
+    /// none): the AG may hold a chunk again once blocks were freed after that look.
+    pub chunk_failed_epoch: AtomicU64,
     /// The AG's unlinked lists in memory (see `unlinked.rs`).
     pub unlinked: cairn_lockrank::Mutex<crate::unlinked::UnlinkedIndex>,
 }
@@ -61,7 +62,7 @@ impl Default for AgInodes {
         Self {
             count: AtomicI64::new(0),
             free: AtomicI64::new(0),
-            chunk_hint: AtomicBool::new(false),
+            chunk_failed_epoch: AtomicU64::new(u64::MAX),
             unlinked: cairn_lockrank::Mutex::new(
                 cairn_lockrank::Rank::UnlinkedIndex,
                 crate::unlinked::UnlinkedIndex::default(),
@@ -104,6 +105,8 @@ pub struct Filesystem {
     pub(crate) counters: OpCounters,
     pub(crate) next_handle: AtomicU64,
     pub(crate) generation: AtomicU32,
+    /// Counts commits that freed blocks (see `AgInodes::chunk_failed_epoch`).
+    pub(crate) free_epoch: AtomicU64,
     pub(crate) dir_rotor: AtomicU32,
     pub(crate) recovery: RecoveryReport,
     /// Serialises renames (see `rename.rs` for the lock order).
@@ -193,6 +196,7 @@ impl Filesystem {
             counters: OpCounters::default(),
             next_handle: AtomicU64::new(1),
             generation: AtomicU32::new(created as u32),
+            free_epoch: AtomicU64::new(0),
             dir_rotor: AtomicU32::new(0),
             recovery,
             rename_lock: cairn_lockrank::Mutex::new(cairn_lockrank::Rank::Rename, ()),
@@ -356,7 +360,7 @@ impl Filesystem {
             state
                 .free
                 .store(i64::from(agi.free_inodes), Ordering::Relaxed);
-            state.chunk_hint.store(true, Ordering::Relaxed);
+            state.chunk_failed_epoch.store(u64::MAX, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -373,7 +377,7 @@ impl Filesystem {
     /// Frees the extents of intents recovery found unfinished, then logs their done items.
     fn finish_intents(&self) -> Result<(), FsError> {
         for intent in self.recovery.unfinished_intents.clone() {
-            let mut tx = self.begin(Reservation::remove(&self.geometry))?;
+            let mut tx = self.begin_finishing(Reservation::remove(&self.geometry))?;
             let sequence = crate::glue::free_sequence(&self.journal);
             // Ascending AG order, as the allocator requires within one transaction.
             let mut extents = intent.extents.clone();
@@ -424,6 +428,16 @@ impl Filesystem {
     pub(crate) fn begin(&self, reservation: Reservation) -> Result<Tx<'_>, FsError> {
         Ok(Tx {
             tx: self.journal.begin(reservation)?,
+            deferred_frees: Vec::new(),
+        })
+    }
+
+    /// Starts the transaction that finishes an intent a committed one logged (frees its
+    /// extents, logs its done item): it draws on log space kept for this, so it never waits
+    /// behind reservations waiting for the tail the intent holds (`Journal::begin_finishing`).
+    pub(crate) fn begin_finishing(&self, reservation: Reservation) -> Result<Tx<'_>, FsError> {
+        Ok(Tx {
+            tx: self.journal.begin_finishing(reservation)?,
             deferred_frees: Vec::new(),
         })
     }
@@ -521,20 +535,30 @@ impl Filesystem {
     }
 
     pub(crate) fn ag_may_hold_chunk(&self, ag: u32) -> bool {
-        self.ags[ag as usize].chunk_hint.load(Ordering::Relaxed)
+        let failed = self.ags[ag as usize]
+            .chunk_failed_epoch
+            .load(Ordering::Acquire);
+        failed != self.free_epoch.load(Ordering::Acquire)
     }
 
-    pub(crate) fn set_ag_chunk_hint(&self, ag: u32, may: bool) {
+    /// The free epoch to pass to `chunk_failed`, read before a chunk allocation looks.
+    pub(crate) fn chunk_look_epoch(&self) -> u64 {
+        self.free_epoch.load(Ordering::Acquire)
+    }
+
+    /// A chunk allocation in `ag` that began at free epoch `epoch` found no room: creates
+    /// skip the AG until blocks are freed. A free that commits while the allocation looks
+    /// has already moved the epoch past `epoch`, so the AG is never skipped wrongly (a plain
+    /// flag stored here could overwrite that free's "may hold" and skip an AG with room).
+    pub(crate) fn chunk_failed(&self, ag: u32, epoch: u64) {
         self.ags[ag as usize]
-            .chunk_hint
-            .store(may, Ordering::Relaxed);
+            .chunk_failed_epoch
+            .store(epoch, Ordering::Release);
     }
 
     /// After blocks were freed: every AG may hold a chunk again.
     pub(crate) fn blocks_freed(&self) {
-        for ag in &self.ags {
-            ag.chunk_hint.store(true, Ordering::Relaxed);
-        }
+        self.free_epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     pub(crate) fn add_ag_inodes(&self, ag: u32, count: i64, free: i64) {
@@ -567,6 +591,24 @@ mod tests {
         let device = crate::test_device::formatted(64 << 20, [9; 16]);
         let device: Arc<dyn BlockDevice> = Arc::new(device);
         Filesystem::mount(device, MountOptions::default()).unwrap()
+    }
+
+    // A chunk allocation that failed while blocks were being freed (its look began before
+    // the free committed) does not make creates skip the AG; one that failed after does,
+    // until the next free.
+    #[test]
+    fn a_free_during_a_failed_chunk_allocation_keeps_the_ag_usable() {
+        let fs = mount();
+        assert!(fs.ag_may_hold_chunk(0));
+        let epoch = fs.chunk_look_epoch();
+        fs.blocks_freed();
+        fs.chunk_failed(0, epoch);
+        assert!(fs.ag_may_hold_chunk(0), "the free came after the look");
+        fs.chunk_failed(0, fs.chunk_look_epoch());
+        assert!(!fs.ag_may_hold_chunk(0));
+        assert!(fs.ag_may_hold_chunk(1), "other AGs are untouched");
+        fs.blocks_freed();
+        assert!(fs.ag_may_hold_chunk(0));
     }
 
     // Every created inode keeps its lookup reference (as under FUSE), so nothing is freeable:

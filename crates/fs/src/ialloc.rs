@@ -141,6 +141,7 @@ fn allocate_in_ag(fs: &Filesystem, tx: &mut Tx<'_>, ag: u32) -> Result<Option<u6
     if fs.ag_inodes_free(ag) == 0 && !chunk_may_fit(fs, ag) {
         return Ok(None);
     }
+    let epoch = fs.chunk_look_epoch();
     let mut agi = read_agi(fs, tx, ag)?;
     let (mut ino, mut fino) = trees(fs, &agi)?;
     let mut ctx = AgTreeCtx {
@@ -151,7 +152,7 @@ fn allocate_in_ag(fs: &Filesystem, tx: &mut Tx<'_>, ag: u32) -> Result<Option<u6
     };
     if agi.free_inodes == 0 {
         let Some(record) = new_chunk(fs, &mut ctx, &mut agi)? else {
-            fs.set_ag_chunk_hint(ag, false);
+            fs.chunk_failed(ag, epoch);
             return Ok(None);
         };
         ino.insert(&mut ctx, &record)?;

@@ -717,7 +717,7 @@ fn prepare(
 /// intent, each logging its done item.
 pub(crate) fn free_unused(fs: &Filesystem, unused: Unused) -> Result<(), FsError> {
     for (intent, mut extents) in unused.intents {
-        let mut tx = fs.begin(step_reservation(fs))?;
+        let mut tx = fs.begin_finishing(step_reservation(fs))?;
         let sequence = free_sequence(&fs.journal);
         extents.sort_by_key(|&(start, _)| start.0);
         for (start, length) in extents {

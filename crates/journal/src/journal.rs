@@ -28,8 +28,40 @@ use cairn_format::log::LogItem;
 
 /// How long a waiter sleeps between checks for shutdown or progress.
 const WAIT_SLICE_MS: u64 = 5;
-/// Waits for log space give up (and report `NoProgress`) after this many fruitless pushes.
-const SPACE_PUSH_ATTEMPTS_MAX: u32 = 2000;
+/// The share of the log (1/n) kept for transactions that finish intents.
+const KEPT_FOR_INTENTS_DIVISOR: u64 = 8;
+/// A wait for log space gives up (and reports `NoProgress`) once the log's head and tail
+/// have both stood still this long while the waiter pushed: a slow log under load keeps
+/// moving and is waited for, only a stuck one is reported.
+const SPACE_STALL_LIMIT: Duration = Duration::from_secs(60);
+
+/// Unmount gives up writing the AIL home (nothing else runs then) after this many pushes.
+const UNMOUNT_PUSH_ATTEMPTS_MAX: u32 = 2000;
+
+/// Watches a log-space wait for progress (the head or tail moving).
+struct StallClock {
+    seen: (Lsn, Lsn),
+    since: Instant,
+}
+
+impl StallClock {
+    fn new(space: &Space) -> Self {
+        Self {
+            seen: (space.head, space.tail),
+            since: Instant::now(),
+        }
+    }
+
+    /// Whether the log has stood still for `SPACE_STALL_LIMIT`.
+    fn stuck(&mut self, space: &Space) -> bool {
+        let now = (space.head, space.tail);
+        if now != self.seen {
+            self.seen = now;
+            self.since = Instant::now();
+        }
+        self.since.elapsed() >= SPACE_STALL_LIMIT
+    }
+}
 
 /// State shared with the background thread.
 #[derive(Debug, Default)]
@@ -163,7 +195,11 @@ impl Journal {
         let reserve = 4 * checkpoint_bytes_max(0, layout.block_size) + 4 * layout.block_size;
         let capacity = layout.log_bytes().saturating_sub(reserve);
         let sequence = recovered.next_sequence;
-        let mut space = Space::new(head_lsn, capacity);
+        // Room for a few transactions finishing intents at once; more wait for each other.
+        // Never so much that the largest reservation (a quarter of the log) cannot fit.
+        let kept = (layout.log_bytes() / KEPT_FOR_INTENTS_DIVISOR)
+            .min(capacity.saturating_sub(layout.log_bytes() / 4));
+        let mut space = Space::new(head_lsn, capacity, kept);
         space.grant_bytes = checkpoint_bytes_max(0, layout.block_size);
         let inner = Arc::new(Inner {
             cache,
@@ -219,6 +255,22 @@ impl Journal {
         Ok(Transaction::new(self, reservation))
     }
 
+    /// Starts a transaction that finishes an intent a committed transaction logged (frees
+    /// its extents and logs its done item). It draws on log space other reservations may
+    /// not use and never queues behind them: they may be waiting for the log's tail, which
+    /// the unfinished intent holds. Waits only while other finishing transactions hold that
+    /// space. The caller must hold no buffer, as for `begin`.
+    #[track_caller]
+    pub fn begin_finishing(
+        &self,
+        reservation: Reservation,
+    ) -> Result<Transaction<'_>, JournalError> {
+        cairn_lockrank::check_may_wait(cairn_lockrank::Rank::LogSpace);
+        self.inner.reserve_finishing(reservation)?;
+        bump(&self.inner.stats.transactions, 1);
+        Ok(Transaction::new(self, reservation))
+    }
+
     /// Makes every commit up to `sequence` durable, pushing only what it needs: the current
     /// checkpoint context if `sequence` is in it, then waiting for earlier ones in flight.
     pub fn force(&self, sequence: CommitSequence) -> Result<(), JournalError> {
@@ -264,7 +316,7 @@ impl Journal {
         inner.check_shutdown()?;
         let current = inner.cil.lock().sequence();
         inner.force(current)?;
-        for _ in 0..SPACE_PUSH_ATTEMPTS_MAX {
+        for _ in 0..UNMOUNT_PUSH_ATTEMPTS_MAX {
             let head = inner.space.lock().head;
             inner.push_ail(head)?;
             if inner.ail.lock().only_intents() {
@@ -425,13 +477,7 @@ impl Inner {
 
     fn reserve(&self, reservation: Reservation) -> Result<(), JournalError> {
         self.check_shutdown()?;
-        let max_bytes = self.layout.log_bytes() / 4;
-        if reservation.bytes > max_bytes {
-            return Err(JournalError::ReservationTooLarge {
-                bytes: reservation.bytes,
-                max_bytes,
-            });
-        }
+        self.check_size(reservation)?;
         let ticket = {
             let mut space = self.space.lock();
             if !space.has_waiters() && space.fits(&self.layout, reservation.bytes) {
@@ -453,14 +499,57 @@ impl Inner {
         result
     }
 
+    /// Refuses a reservation larger than a quarter of the log.
+    fn check_size(&self, reservation: Reservation) -> Result<(), JournalError> {
+        let max_bytes = self.layout.log_bytes() / 4;
+        if reservation.bytes > max_bytes {
+            return Err(JournalError::ReservationTooLarge {
+                bytes: reservation.bytes,
+                max_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Grants a finishing transaction's reservation from the kept space, pushing while it
+    /// waits for other finishing transactions to give theirs back.
+    fn reserve_finishing(&self, reservation: Reservation) -> Result<(), JournalError> {
+        self.check_shutdown()?;
+        self.check_size(reservation)?;
+        let mut stall = StallClock::new(&self.space.lock());
+        loop {
+            self.check_shutdown()?;
+            {
+                let mut space = self.space.lock();
+                if space.fits_finishing(&self.layout, reservation.bytes) {
+                    space.grant_bytes += reservation.bytes;
+                    return Ok(());
+                }
+                if stall.stuck(&space) {
+                    return Err(JournalError::NoProgress {
+                        why: "no log space freed while a transaction finishing an intent waited",
+                    });
+                }
+            }
+            bump(&self.stats.reservation_waits, 1);
+            self.make_space()?;
+        }
+    }
+
     /// Waits until ticket `ticket` is first in line and `bytes` fit, pushing as it waits.
     fn wait_for_space(&self, ticket: u64, bytes: u64) -> Result<(), JournalError> {
-        for _ in 0..SPACE_PUSH_ATTEMPTS_MAX {
+        let mut stall = StallClock::new(&self.space.lock());
+        loop {
             self.check_shutdown()?;
             {
                 let mut space = self.space.lock();
                 if space.serving_ticket == ticket && space.fits(&self.layout, bytes) {
                     return Ok(());
+                }
+                if stall.stuck(&space) {
+                    return Err(JournalError::NoProgress {
+                        why: "no log space freed while a reservation waited",
+                    });
                 }
                 if space.serving_ticket != ticket {
                     let slice = Duration::from_millis(WAIT_SLICE_MS);
@@ -470,9 +559,6 @@ impl Inner {
             }
             self.make_space()?;
         }
-        Err(JournalError::NoProgress {
-            why: "no log space freed while a reservation waited",
-        })
     }
 
     /// Frees log space: checkpoints the CIL (its items may pin the oldest AIL entries), writes

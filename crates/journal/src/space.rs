@@ -5,6 +5,10 @@
 //! `grant` is what live transactions reserved plus what the CIL contexts (current and being
 //! written) may take. A reservation is granted when `used + grant + bytes <= capacity`;
 //! waiters are served first come, first served (tickets), so none starves.
+//! `kept_bytes` of the capacity are kept for transactions that finish an intent (the second
+//! half of a free): other reservations may not use them. An unfinished intent holds the tail
+//! until its done item is logged, so if its finishing transaction queued behind reservations
+//! waiting for the tail to move, none would ever be served.
 //! `in_flight` holds the start of every checkpoint whose data records are written but which
 //! is not complete yet (its items are not in the AIL): the tail never passes one.
 
@@ -23,6 +27,8 @@ pub(crate) struct Space {
     pub(crate) durable_tail: Lsn,
     pub(crate) grant_bytes: u64,
     pub(crate) capacity_bytes: u64,
+    /// Capacity only transactions finishing an intent may use.
+    pub(crate) kept_bytes: u64,
     pub(crate) next_ticket: u64,
     pub(crate) serving_ticket: u64,
     /// Start LSN of every checkpoint in flight, by sequence.
@@ -30,13 +36,14 @@ pub(crate) struct Space {
 }
 
 impl Space {
-    pub(crate) fn new(head: Lsn, capacity_bytes: u64) -> Self {
+    pub(crate) fn new(head: Lsn, capacity_bytes: u64, kept_bytes: u64) -> Self {
         Self {
             head,
             tail: head,
             durable_tail: head,
             grant_bytes: 0,
             capacity_bytes,
+            kept_bytes,
             next_ticket: 0,
             serving_ticket: 0,
             in_flight: BTreeMap::new(),
@@ -47,7 +54,13 @@ impl Space {
         layout.distance_blocks(self.durable_tail, self.head) * layout.block_size
     }
 
+    /// Whether a reservation of `bytes` fits, outside the space kept for finishing intents.
     pub(crate) fn fits(&self, layout: &Layout, bytes: u64) -> bool {
+        self.fits_finishing(layout, bytes + self.kept_bytes)
+    }
+
+    /// Whether a transaction finishing an intent fits (it may use the kept space).
+    pub(crate) fn fits_finishing(&self, layout: &Layout, bytes: u64) -> bool {
         self.used_bytes(layout) + self.grant_bytes + bytes <= self.capacity_bytes
     }
 

@@ -188,6 +188,58 @@ fn unfinished_intents_are_reported_and_relogged() {
     assert!(report.unfinished_intents.is_empty());
 }
 
+// Share (percent) of the log between its durable tail and its head.
+fn log_used_percent(
+    journal: &cairn_journal::Journal,
+    superblock: &cairn_format::Superblock,
+) -> u64 {
+    let g = &superblock.geometry;
+    let log_sectors = u64::from(g.log_blocks) * u64::from(g.block_size / 512);
+    let (head, tail) = journal.head_and_tail();
+    let cycles = u64::from(head.cycle() - tail.cycle());
+    let used = cycles * log_sectors + u64::from(head.block()) - u64::from(tail.block());
+    used * 100 / log_sectors
+}
+
+// The transaction finishing an intent never waits behind reservations that wait for the
+// log's tail, which the open intent holds: with the log mostly full behind the intent, a
+// large reservation waits; the finishing transaction starts anyway, and once its done item
+// is logged the tail moves and the waiting reservation is granted.
+#[test]
+fn finishing_an_intent_never_waits_behind_the_tail_it_holds() {
+    let (device, sb) = make_fs(64 << 20, Some(2 << 20));
+    let (journal, _) = open(&device, &sb, quiet(LogMode::Delayed));
+    let extents = [FreeExtent {
+        start: FsBlock(9000),
+        length: 8,
+    }];
+    let mut tx = journal.begin(reservation(&sb, 0)).unwrap();
+    let intent = tx.log_free_intent(&extents);
+    journal.force(tx.commit().unwrap()).unwrap();
+    let mut index = 0;
+    while log_used_percent(&journal, &sb) < 60 {
+        let mut tx = journal.begin(reservation(&sb, 8)).unwrap();
+        for _ in 0..8 {
+            create_block(&mut tx, &sb, index, 1);
+            index += 1;
+        }
+        journal.force(tx.commit().unwrap()).unwrap();
+        journal.push_ail().unwrap();
+    }
+    let quarter = Reservation::new(u64::from(sb.geometry.log_blocks) * 4096 / 4);
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| journal.begin(quarter).map(|tx| tx.cancel()));
+        // Let the waiter queue first (the test passes either way; this is the hard order).
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let mut tx = journal.begin_finishing(reservation(&sb, 0)).unwrap();
+        tx.log_free_done(intent);
+        tx.commit().unwrap();
+        waiter.join().unwrap().unwrap().unwrap();
+    });
+    assert!(journal.pending_intents().is_empty());
+    journal.check_invariants();
+}
+
 // A freed block's earlier images are never replayed over what the block holds later.
 #[test]
 fn freed_blocks_are_not_replayed() {

@@ -94,6 +94,8 @@ mod notify;
 mod open_flags;
 mod passthrough;
 mod poll_events;
+mod reader_gate;
+pub use reader_gate::ReaderGate;
 mod read_buf;
 mod rename_flags;
 mod reply;

@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 
 use crate::Errno;
 use crate::Filesystem;
+use crate::reader_gate::ReaderGate;
 use crate::KernelConfig;
 use crate::MountOption;
 use crate::ReplyEmpty;
@@ -289,6 +290,8 @@ impl<FS: Filesystem> Session<FS> {
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
+        // cairn patch: which threads read (src/reader_gate.rs).
+        let gate = Arc::new(ReaderGate::new());
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -298,6 +301,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                gate: Arc::clone(&gate),
             };
             threads.push(
                 thread::Builder::new()
@@ -518,18 +522,31 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    pub(crate) gate: Arc<ReaderGate>,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
     fn event_loop(&self) -> io::Result<()> {
+        let result = self.serve();
+        // The device is gone or the filesystem destroyed: parked threads leave too.
+        self.gate.close();
+        result
+    }
+
+    fn serve(&self) -> io::Result<()> {
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();
         let buf = buf.as_mut();
         loop {
+            if !self.gate.wait_turn(self.ch.as_fd()) {
+                return Ok(());
+            }
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
-            match self.ch.receive_retrying(buf) {
+            let received = self.ch.receive_retrying(buf);
+            self.gate.received(self.ch.as_fd());
+            match received {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {

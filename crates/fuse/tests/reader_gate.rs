@@ -1,0 +1,81 @@
+//! The worker threads' reading rule (vendor/fuser/src/reader_gate.rs, a cairn patch): one
+//! thread reads while requests come one at a time; a parked thread is called when requests
+//! queue, takes over requests nobody reads, and leaves when the session closes. A pipe
+//! stands in for `/dev/fuse` (both are ready for `poll` when a read would not wait).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fuser::ReaderGate;
+
+fn pipe() -> (Arc<OwnedFd>, File) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills two new descriptors, each then owned once.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fresh descriptors from pipe(2), owned by nothing else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+    (Arc::new(read), write)
+}
+
+/// Waits (polling, a bounded while) until `done` holds.
+fn eventually(done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(20), "never happened");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn spawn_waiter(gate: &Arc<ReaderGate>, device: &Arc<OwnedFd>) -> std::thread::JoinHandle<bool> {
+    let (gate, device) = (Arc::clone(gate), Arc::clone(device));
+    std::thread::spawn(move || gate.wait_turn(device.as_fd()))
+}
+
+// One thread reads while nothing is queued; a second parks until the reader sees a queued
+// request, then is called; closing the session releases parked threads.
+#[test]
+fn a_parked_thread_is_called_only_when_requests_queue() {
+    let (device, mut writer) = pipe();
+    let gate = Arc::new(ReaderGate::new());
+    assert!(gate.wait_turn(device.as_fd()));
+    let follower = spawn_waiter(&gate, &device);
+    eventually(|| gate.parked() == 1);
+    // The reader takes a request with nothing behind it: nobody is called, and the same
+    // thread reads again.
+    gate.received(device.as_fd());
+    assert!(gate.wait_turn(device.as_fd()));
+    assert_eq!(gate.parked(), 1);
+    // Requests queue behind the one it takes: the parked thread is called.
+    writer.write_all(b"x").unwrap();
+    gate.received(device.as_fd());
+    assert!(follower.join().unwrap());
+    assert_eq!(gate.readers(), 1);
+    let parked = spawn_waiter(&gate, &device);
+    eventually(|| gate.parked() == 1);
+    gate.close();
+    assert!(!parked.join().unwrap());
+    assert!(
+        !gate.wait_turn(device.as_fd()),
+        "nothing reads once the session closed"
+    );
+}
+
+// A parked thread takes over requests nobody reads while every reader is busy with a long
+// request (one that arrived when nothing else was queued).
+#[test]
+fn requests_behind_a_long_one_are_read_by_a_parked_thread() {
+    let (device, mut writer) = pipe();
+    let gate = Arc::new(ReaderGate::new());
+    assert!(gate.wait_turn(device.as_fd()));
+    let follower = spawn_waiter(&gate, &device);
+    eventually(|| gate.parked() == 1);
+    gate.received(device.as_fd());
+    writer.write_all(b"x").unwrap();
+    assert!(follower.join().unwrap());
+    assert_eq!(gate.readers(), 1);
+}

@@ -1,0 +1,127 @@
+//! cairn patch (public so cairn's tests reach it): which worker threads wait in `read(2)` on `/dev/fuse`.
+//!
+//! The kernel wakes the threads blocked in `read` in turn (its wait queue is first in, first
+//! out), so with every worker reading, each request of a client that waits for its answers
+//! goes to the thread that slept longest: a sleeping thread is woken for every request, on
+//! either core, while the thread that just replied goes back to sleep. One thread alone is
+//! faster for such a client: it is often back in `read` before the next request arrives.
+//!
+//! So one thread reads while requests come one at a time, and more read only when requests
+//! queue up: a thread that takes a request while no other thread is reading looks (`poll`,
+//! no wait) for more queued requests, and calls a parked thread if there are. A thread that
+//! finishes its request reads again if nobody is reading, else parks. A parked thread also
+//! looks every `FOLLOWER_CHECK` whether requests wait while nobody reads (every reader busy
+//! with a long request), so no request waits longer than that for a free thread.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+/// How often a parked thread looks for requests nobody is reading.
+const FOLLOWER_CHECK: Duration = Duration::from_millis(10);
+
+#[derive(Debug, Default)]
+struct GateState {
+    /// Threads in (or about to enter) `read`.
+    readers: usize,
+    /// Threads parked in `wait_turn`.
+    parked: usize,
+    /// Parked threads called to read; at most `parked`.
+    calls: usize,
+    /// The session is ending: parked threads leave.
+    closed: bool,
+}
+
+/// Decides which of a session's worker threads read from the FUSE device.
+#[derive(Debug, Default)]
+pub struct ReaderGate {
+    state: Mutex<GateState>,
+    turn: Condvar,
+}
+
+impl ReaderGate {
+    /// A gate with no thread reading yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Waits until this thread should read: nobody reads, or it was called, or it found
+    /// requests waiting that nobody reads. Returns `false` once the session is closing.
+    pub fn wait_turn(&self, device: BorrowedFd<'_>) -> bool {
+        let mut state = self.state.lock();
+        if state.readers == 0 && !state.closed {
+            state.readers += 1;
+            return true;
+        }
+        state.parked += 1;
+        let read = loop {
+            if state.closed {
+                break false;
+            }
+            if state.calls > 0 {
+                state.calls -= 1;
+                break true;
+            }
+            let timed_out = self.turn.wait_for(&mut state, FOLLOWER_CHECK).timed_out();
+            if timed_out && state.readers == 0 && requests_waiting(device) {
+                break true;
+            }
+        };
+        state.parked -= 1;
+        state.calls = state.calls.min(state.parked);
+        if read {
+            state.readers += 1;
+        }
+        read
+    }
+
+    /// After this thread's `read` returned: if no other thread is reading and requests are
+    /// queued, calls a parked thread to read them.
+    pub fn received(&self, device: BorrowedFd<'_>) {
+        let mut state = self.state.lock();
+        state.readers -= 1;
+        if state.readers > 0 || state.parked == state.calls {
+            return;
+        }
+        drop(state);
+        if !requests_waiting(device) {
+            return;
+        }
+        let mut state = self.state.lock();
+        if state.calls < state.parked {
+            state.calls += 1;
+            self.turn.notify_one();
+        }
+    }
+
+    /// Threads parked in `wait_turn` (for tests and statistics).
+    pub fn parked(&self) -> usize {
+        self.state.lock().parked
+    }
+
+    /// Threads reading or about to read.
+    pub fn readers(&self) -> usize {
+        self.state.lock().readers
+    }
+
+    /// The session is ending (the device is gone, or the filesystem was destroyed): parked
+    /// threads return from `wait_turn` with `false`.
+    pub fn close(&self) {
+        self.state.lock().closed = true;
+        self.turn.notify_all();
+    }
+}
+
+/// Whether the device has a request (or an error: a reader must see it) for `read`,
+/// looked at without waiting.
+fn requests_waiting(device: BorrowedFd<'_>) -> bool {
+    let mut poll = libc::pollfd {
+        fd: device.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, a borrowed descriptor that outlives the call, no wait.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    ready != 0 && poll.revents != 0
+}
