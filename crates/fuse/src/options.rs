@@ -60,6 +60,10 @@ pub struct FuseSettings {
     /// Kernel mount flags passed through: nodev, nosuid, noexec, sync, dirsync.
     pub kernel_flags: KernelFlags,
     pub fsname: Option<String>,
+    /// Serve requests over io_uring where the kernel allows it (`-o uring`).
+    pub uring: bool,
+    /// Ring entries per queue (`uring_queue_depth=`).
+    pub uring_queue_depth: u32,
 }
 
 /// The generic mount flags the kernel applies. Each pair is decided by the last option
@@ -122,6 +126,8 @@ impl Default for MountConfig {
                 entry_timeout: TIMEOUT_DEFAULT,
                 kernel_flags: KernelFlags::default(),
                 fsname: None,
+                uring: false,
+                uring_queue_depth: crate::uring::QUEUE_DEPTH_DEFAULT,
             },
             log_file: None,
         }
@@ -147,7 +153,7 @@ const IGNORED: [&str; 14] = [
 ];
 
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 9] = [
+const VALUE_OPTIONS: [&str; 10] = [
     "logmode",
     "cache_size",
     "allocsize",
@@ -157,6 +163,7 @@ const VALUE_OPTIONS: [&str; 9] = [
     "entry_timeout",
     "logfile",
     "fsname",
+    "uring_queue_depth",
 ];
 
 impl MountConfig {
@@ -220,6 +227,7 @@ impl MountConfig {
             "exec" | "noexec" => fuse.kernel_flags.exec = Some(name == "exec"),
             "sync" | "async" => fuse.kernel_flags.sync = Some(name == "sync"),
             "dirsync" => fuse.kernel_flags.dirsync = true,
+            "uring" | "nouring" => fuse.uring = name == "uring",
             _ if IGNORED.contains(&name) || name.starts_with("x-") => {}
             _ => return Ok(false),
         }
@@ -241,6 +249,9 @@ impl MountConfig {
             "entry_timeout" => self.fuse.entry_timeout = parse_seconds(value).map_err(bad)?,
             "logfile" => self.log_file = Some(PathBuf::from(value)),
             "fsname" => self.fuse.fsname = Some(value.to_string()),
+            "uring_queue_depth" => {
+                self.fuse.uring_queue_depth = parse_queue_depth(value).map_err(bad)?;
+            }
             // mount(8) passes these through; they mean nothing here.
             "comment" | "subtype" | "context" | "fscontext" | "rootcontext" => {}
             _ if name.starts_with("x-") => {}
@@ -272,6 +283,14 @@ fn parse_threads(value: &str) -> Result<usize, String> {
         _ => Err(format!(
             "'{value}' is not a thread count (1 to {THREADS_MAX})"
         )),
+    }
+}
+
+fn parse_queue_depth(value: &str) -> Result<u32, String> {
+    let most = crate::uring::QUEUE_DEPTH_MAX;
+    match value.parse::<u32>() {
+        Ok(depth) if (1..=most).contains(&depth) => Ok(depth),
+        _ => Err(format!("'{value}' is not a queue depth (1 to {most})")),
     }
 }
 
@@ -334,6 +353,16 @@ pub const OPTION_HELP: &[(&str, &str)] = &[
     (
         "attr_timeout=SECS / entry_timeout=SECS",
         "kernel caching of attributes, names (10)",
+    ),
+    (
+        "uring / nouring",
+        "serve requests over io_uring (FUSE_OVER_IO_URING, Linux 6.14+ with the fuse \
+         module's enable_uring on), one queue and worker per CPU; falls back to /dev/fuse, \
+         saying why in the log (default nouring)",
+    ),
+    (
+        "uring_queue_depth=N",
+        "ring entries per queue, each with a max_write payload buffer (default 8)",
     ),
     ("logfile=PATH", "background log to PATH instead of syslog"),
     (
@@ -399,6 +428,10 @@ mod tests {
         assert!(MountConfig::parse(["discard"]).unwrap().fs.discard);
         let never = MountConfig::parse(["noblkdev"]).unwrap();
         assert_eq!(never.fuse.blkdev, BlkdevMode::Never);
+        let ring = MountConfig::parse(["uring,uring_queue_depth=32"]).unwrap();
+        assert!(ring.fuse.uring);
+        assert_eq!(ring.fuse.uring_queue_depth, 32);
+        assert!(!MountConfig::parse(["uring,nouring"]).unwrap().fuse.uring);
         assert_eq!(
             MountConfig::parse(["blkdev"]).unwrap().fuse.blkdev,
             BlkdevMode::Always
@@ -445,6 +478,12 @@ mod tests {
             MountConfig::parse(["threads=0"]),
             Err(OptionError::BadValue { .. })
         ));
+        for depth in ["0", "1025", "x"] {
+            assert!(matches!(
+                MountConfig::parse([format!("uring_queue_depth={depth}").as_str()]),
+                Err(OptionError::BadValue { .. })
+            ));
+        }
         assert_eq!(
             MountConfig::parse(["cache_size"]).unwrap_err(),
             OptionError::MissingValue("cache_size".into())
