@@ -256,7 +256,11 @@ fn open_filesystem(
 fn prepare_rings(request: &MountRequest) -> Rings<CairnFs> {
     let settings = &request.config.fuse;
     match settings.uring {
-        true => Rings::prepare(settings.uring_queue_depth, settings.max_write_bytes),
+        true => Rings::prepare(
+            settings.uring_queue_depth,
+            settings.uring_queue_threads,
+            settings.max_write_bytes,
+        ),
         false => Rings::off(),
     }
 }

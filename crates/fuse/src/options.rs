@@ -62,8 +62,10 @@ pub struct FuseSettings {
     pub fsname: Option<String>,
     /// Serve requests over io_uring where the kernel allows it (`-o uring`).
     pub uring: bool,
-    /// Ring entries per queue (`uring_queue_depth=`).
+    /// Ring entries per queue worker (`uring_queue_depth=`).
     pub uring_queue_depth: u32,
+    /// Worker threads (each with its own ring) per queue (`uring_queue_threads=`).
+    pub uring_queue_threads: u16,
 }
 
 /// The generic mount flags the kernel applies. Each pair is decided by the last option
@@ -128,6 +130,7 @@ impl Default for MountConfig {
                 fsname: None,
                 uring: false,
                 uring_queue_depth: crate::uring::QUEUE_DEPTH_DEFAULT,
+                uring_queue_threads: crate::uring::QUEUE_THREADS_DEFAULT,
             },
             log_file: None,
         }
@@ -153,7 +156,7 @@ const IGNORED: [&str; 14] = [
 ];
 
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 10] = [
+const VALUE_OPTIONS: [&str; 11] = [
     "logmode",
     "cache_size",
     "allocsize",
@@ -164,6 +167,7 @@ const VALUE_OPTIONS: [&str; 10] = [
     "logfile",
     "fsname",
     "uring_queue_depth",
+    "uring_queue_threads",
 ];
 
 impl MountConfig {
@@ -252,6 +256,9 @@ impl MountConfig {
             "uring_queue_depth" => {
                 self.fuse.uring_queue_depth = parse_queue_depth(value).map_err(bad)?;
             }
+            "uring_queue_threads" => {
+                self.fuse.uring_queue_threads = parse_queue_threads(value).map_err(bad)?;
+            }
             // mount(8) passes these through; they mean nothing here.
             "comment" | "subtype" | "context" | "fscontext" | "rootcontext" => {}
             _ if name.starts_with("x-") => {}
@@ -291,6 +298,14 @@ fn parse_queue_depth(value: &str) -> Result<u32, String> {
     match value.parse::<u32>() {
         Ok(depth) if (1..=most).contains(&depth) => Ok(depth),
         _ => Err(format!("'{value}' is not a queue depth (1 to {most})")),
+    }
+}
+
+fn parse_queue_threads(value: &str) -> Result<u16, String> {
+    let most = crate::uring::QUEUE_THREADS_MAX;
+    match value.parse::<u16>() {
+        Ok(threads) if (1..=most).contains(&threads) => Ok(threads),
+        _ => Err(format!("'{value}' is not a thread count (1 to {most})")),
     }
 }
 
@@ -362,7 +377,11 @@ pub const OPTION_HELP: &[(&str, &str)] = &[
     ),
     (
         "uring_queue_depth=N",
-        "ring entries per queue, each with a max_write payload buffer (default 8)",
+        "ring entries per queue worker, each with a max_write payload buffer (default 8)",
+    ),
+    (
+        "uring_queue_threads=N",
+        "worker threads per queue, each with its own ring (default 1)",
     ),
     ("logfile=PATH", "background log to PATH instead of syslog"),
     (
@@ -428,9 +447,11 @@ mod tests {
         assert!(MountConfig::parse(["discard"]).unwrap().fs.discard);
         let never = MountConfig::parse(["noblkdev"]).unwrap();
         assert_eq!(never.fuse.blkdev, BlkdevMode::Never);
-        let ring = MountConfig::parse(["uring,uring_queue_depth=32"]).unwrap();
+        let ring = MountConfig::parse(["uring,uring_queue_depth=32,uring_queue_threads=2"]);
+        let ring = ring.unwrap();
         assert!(ring.fuse.uring);
         assert_eq!(ring.fuse.uring_queue_depth, 32);
+        assert_eq!(ring.fuse.uring_queue_threads, 2);
         assert!(!MountConfig::parse(["uring,nouring"]).unwrap().fuse.uring);
         assert_eq!(
             MountConfig::parse(["blkdev"]).unwrap().fuse.blkdev,
@@ -478,9 +499,15 @@ mod tests {
             MountConfig::parse(["threads=0"]),
             Err(OptionError::BadValue { .. })
         ));
-        for depth in ["0", "1025", "x"] {
+        for bad in [
+            "depth=0",
+            "depth=1025",
+            "depth=x",
+            "threads=0",
+            "threads=17",
+        ] {
             assert!(matches!(
-                MountConfig::parse([format!("uring_queue_depth={depth}").as_str()]),
+                MountConfig::parse([format!("uring_queue_{bad}").as_str()]),
                 Err(OptionError::BadValue { .. })
             ));
         }

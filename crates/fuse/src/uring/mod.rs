@@ -41,6 +41,10 @@ pub const ENABLE_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
 pub const QUEUE_DEPTH_DEFAULT: u32 = 8;
 /// Largest ring depth accepted.
 pub const QUEUE_DEPTH_MAX: u32 = 1024;
+/// Default worker threads per queue.
+pub const QUEUE_THREADS_DEFAULT: u16 = 1;
+/// Most worker threads per queue accepted.
+pub const QUEUE_THREADS_MAX: u16 = 16;
 /// How long the daemon waits, once `/dev/fuse` is done, for the ring workers to end.
 const WORKER_EXIT_WAIT: Duration = Duration::from_secs(10);
 
@@ -75,7 +79,9 @@ impl RingOffer {
 pub struct TransportStatus {
     /// Requests served by each ring queue (empty on `/dev/fuse`).
     pub served_by_queue: Vec<Arc<AtomicU64>>,
+    /// Entries per worker ring.
     pub queue_depth: u32,
+    pub threads_per_queue: u16,
     /// Why the ring does not serve the mount, if it was asked for.
     pub fallback: Option<String>,
 }
@@ -85,6 +91,7 @@ impl TransportStatus {
         TransportStatus {
             served_by_queue: Vec::new(),
             queue_depth: 0,
+            threads_per_queue: 0,
             fallback,
         }
     }
@@ -107,6 +114,7 @@ impl TransportStatus {
             "transport: io_uring".to_string(),
             format!("queues: {}", self.served_by_queue.len()),
             format!("queue_depth: {}", self.queue_depth),
+            format!("threads_per_queue: {}", self.threads_per_queue),
             format!("requests_by_queue: {}", served.join(" ")),
         ]
     }
@@ -127,7 +135,10 @@ enum Start<FS: Filesystem> {
 pub struct Rings<FS: Filesystem> {
     offer: Arc<RingOffer>,
     queue_depth: u32,
-    starts: Vec<mpsc::Sender<Start<FS>>>,
+    queue_count: u16,
+    threads_per_queue: u16,
+    /// Each worker's start channel and its queue.
+    starts: Vec<(mpsc::Sender<Start<FS>>, u16)>,
     threads: Vec<JoinHandle<()>>,
     /// Why the ring cannot be used, found while preparing.
     unavailable: Option<String>,
@@ -145,17 +156,21 @@ impl<FS: Filesystem> Rings<FS> {
         Rings {
             offer: Arc::new(RingOffer::default()),
             queue_depth: 0,
+            queue_count: 0,
+            threads_per_queue: 1,
             starts: Vec::new(),
             threads: Vec::new(),
             unavailable: None,
         }
     }
 
-    /// Sets up a ring and buffers for every CPU's queue, each on its own thread, for
-    /// payloads of `max_write_bytes`. Problems are kept as the reason to fall back.
-    pub fn prepare(queue_depth: u32, max_write_bytes: u32) -> Self {
+    /// Sets up rings and buffers for every CPU's queue: `threads_per_queue` workers per
+    /// queue, each with its own ring of `queue_depth` entries with payloads of
+    /// `max_write_bytes`. Problems are kept as the reason to fall back.
+    pub fn prepare(queue_depth: u32, threads_per_queue: u16, max_write_bytes: u32) -> Self {
         let mut rings = Self::off();
         rings.queue_depth = queue_depth;
+        rings.threads_per_queue = threads_per_queue;
         if let Err(reason) = kernel_support() {
             rings.unavailable = Some(reason);
             return rings;
@@ -167,12 +182,19 @@ impl<FS: Filesystem> Rings<FS> {
                 return rings;
             }
         };
+        rings.queue_count = queues;
         let payload_bytes = payload_bytes(max_write_bytes);
         let (ready_tx, ready_rx) = mpsc::channel();
-        for qid in 0..queues {
-            match spawn_queue::<FS>(qid, queue_depth as usize, payload_bytes, ready_tx.clone()) {
+        let workers = (0..queues).flat_map(|qid| (0..threads_per_queue).map(move |n| (qid, n)));
+        for (qid, n) in workers {
+            let name = match threads_per_queue {
+                1 => format!("cairn-uring-{qid}"),
+                _ => format!("cairn-uring-{qid}.{n}"),
+            };
+            let depth = queue_depth as usize;
+            match spawn_queue::<FS>(name, qid, depth, payload_bytes, ready_tx.clone()) {
                 Ok((start, thread)) => {
-                    rings.starts.push(start);
+                    rings.starts.push((start, qid));
                     rings.threads.push(thread);
                 }
                 Err(error) => {
@@ -223,22 +245,21 @@ impl<FS: Filesystem> Rings<FS> {
         }
         let dispatcher = Arc::new(dispatcher);
         let (registered_tx, registered_rx) = mpsc::channel();
-        let served: Vec<Arc<AtomicU64>> = self
-            .starts
-            .iter()
+        let served: Vec<Arc<AtomicU64>> = (0..self.queue_count)
             .map(|_| Arc::new(AtomicU64::new(0)))
             .collect();
-        for (start, served) in self.starts.drain(..).zip(&served) {
+        let workers = self.starts.len();
+        for (start, qid) in self.starts.drain(..) {
             let _ = start.send(Start::Serve {
                 fuse_fd,
                 dispatcher: Arc::clone(&dispatcher),
-                served: Arc::clone(served),
+                served: Arc::clone(&served[usize::from(qid)]),
                 registered: registered_tx.clone(),
             });
         }
         drop(registered_tx);
         let mut refused = None;
-        for _ in 0..served.len() {
+        for _ in 0..workers {
             match registered_rx.recv() {
                 Ok(Ok(())) => {}
                 Ok(Err(reason)) => refused = refused.or(Some(reason)),
@@ -255,11 +276,13 @@ impl<FS: Filesystem> Rings<FS> {
         tracing::info!(
             queues = served.len(),
             queue_depth = depth,
+            threads_per_queue = self.threads_per_queue,
             "serving FUSE requests over io_uring"
         );
         let status = TransportStatus {
             served_by_queue: served,
             queue_depth: depth,
+            threads_per_queue: self.threads_per_queue,
             fallback: None,
         };
         Transport {
@@ -317,45 +340,41 @@ impl Transport {
     }
 }
 
-/// Starts the thread of queue `qid`: it pins itself to its CPU, sets up its ring and
+/// Starts a worker thread of queue `qid`: it pins itself to its CPU, sets up its ring and
 /// buffers, reports on `ready`, then waits to be started.
 fn spawn_queue<FS: Filesystem>(
+    name: String,
     qid: u16,
     depth: usize,
     payload_bytes: usize,
     ready: mpsc::Sender<Result<(), String>>,
 ) -> std::io::Result<(mpsc::Sender<Start<FS>>, JoinHandle<()>)> {
     let (start_tx, start_rx) = mpsc::channel::<Start<FS>>();
-    let thread = std::thread::Builder::new()
-        .name(format!("cairn-uring-{qid}"))
-        .spawn(move || {
-            pin_to_cpu(qid);
-            let setup = match QueueSetup::new(qid, depth, payload_bytes) {
-                Ok(setup) => setup,
-                Err(error) => {
-                    let _ = ready.send(Err(format!("setting up io_uring: {error}")));
-                    return;
-                }
-            };
-            let _ = ready.send(Ok(()));
-            drop(ready);
-            let Ok(Start::Serve {
-                fuse_fd,
-                dispatcher,
-                served,
-                registered,
-            }) = start_rx.recv()
-            else {
+    let thread = std::thread::Builder::new().name(name).spawn(move || {
+        pin_to_cpu(qid);
+        let setup = match QueueSetup::new(qid, depth, payload_bytes) {
+            Ok(setup) => setup,
+            Err(error) => {
+                let _ = ready.send(Err(format!("setting up io_uring: {error}")));
                 return;
-            };
-            let mut worker = Worker::new(setup, fuse_fd, dispatcher, served);
-            let outcome = worker.register();
-            let failed = outcome.is_err();
-            let _ = registered.send(outcome);
-            if !failed {
-                worker.serve();
             }
-        })?;
+        };
+        let _ = ready.send(Ok(()));
+        drop(ready);
+        let Ok(Start::Serve {
+            fuse_fd,
+            dispatcher,
+            served,
+            registered,
+        }) = start_rx.recv()
+        else {
+            return;
+        };
+        let mut worker = Worker::new(setup, fuse_fd, dispatcher, served);
+        let _ = registered.send(worker.register());
+        // Even after a refusal: the entries the kernel took may still get requests.
+        worker.serve();
+    })?;
     Ok((start_tx, thread))
 }
 

@@ -171,6 +171,14 @@ impl<FS: Filesystem> Worker<FS> {
             std::mem::swap(&mut pending, &mut self.completions);
         }
         tracing::debug!(queue = self.qid, "ring queue ended");
+        let ended = self.commands.iter().all(|c| *c == Command::Ended);
+        let Worker { ring, memory, .. } = self;
+        drop(ring);
+        if !ended {
+            // The kernel may still hold entries (the loop stopped on an error): leave their
+            // buffers allocated rather than free them under it.
+            std::mem::forget(memory);
+        }
     }
 
     /// Moves the completions the kernel posted into `self.completions`.

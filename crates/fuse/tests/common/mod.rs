@@ -11,6 +11,80 @@ use clap::Parser;
 /// How long a daemon may take to write everything back and exit after an unmount.
 const EXIT_WAIT: Duration = Duration::from_secs(120);
 
+/// The fuse module's parameter that lets a connection negotiate FUSE over io_uring.
+pub const RING_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// The transport the mount tests run on: `/dev/fuse` unless `CAIRN_TEST_TRANSPORT=uring`
+/// (then every mount gets `-o uring`, with the module parameter turned on for its
+/// handshake, and must come up on the ring).
+pub fn ring_transport() -> bool {
+    std::env::var("CAIRN_TEST_TRANSPORT").is_ok_and(|value| value == "uring")
+}
+
+/// `options` plus what the test transport needs (`uring` on the ring).
+pub fn transport_options(options: &str) -> String {
+    match (ring_transport(), options.is_empty()) {
+        (false, _) => options.to_string(),
+        (true, true) => "uring".to_string(),
+        (true, false) => format!("{options},uring"),
+    }
+}
+
+/// Why this kernel cannot run the ring tests, if it cannot.
+pub fn ring_unavailable() -> Option<String> {
+    let exists = Path::new(RING_PARAMETER).exists();
+    (!exists).then(|| format!("this kernel has no FUSE over io_uring (no {RING_PARAMETER})"))
+}
+
+/// Runs `mount` with the fuse module's `enable_uring` on (when the tests run on the ring),
+/// restoring it after: the kernel reads it only during a connection's handshake. Other
+/// processes (test binaries running at the same time) wait on a lock file so that the
+/// first one's saved value is the one put back.
+pub fn with_ring_enabled<T>(mount: impl FnOnce() -> T) -> T {
+    if !ring_transport() {
+        return mount();
+    }
+    with_ring_parameter("Y", mount)
+}
+
+/// Runs `f` with the `enable_uring` parameter set to `value` ("Y" or "N"), then restores
+/// it.
+pub fn with_ring_parameter<T>(value: &str, f: impl FnOnce() -> T) -> T {
+    use std::os::fd::AsRawFd;
+    static IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = IN_PROCESS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let lock = std::fs::File::create("/run/cairn-test-enable-uring.lock").unwrap();
+    // SAFETY: flock on a descriptor this function owns.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let saved = std::fs::read_to_string(RING_PARAMETER).unwrap();
+    std::fs::write(RING_PARAMETER, value).unwrap();
+    struct Restore(String);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = std::fs::write(RING_PARAMETER, self.0.trim());
+        }
+    }
+    let restore = Restore(saved);
+    let result = f();
+    drop(restore);
+    result
+}
+
+/// The transport `cairn stats` says serves the mount at `mountpoint`.
+pub fn served_transport(mountpoint: &Path) -> String {
+    let output = run(
+        cairn_bin().to_str().unwrap(),
+        &["stats", mountpoint.to_str().unwrap()],
+    );
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.lines()
+        .find_map(|line| line.trim().strip_prefix("transport: "))
+        .unwrap_or("unknown")
+        .to_string()
+}
+
 /// The built `cairn` binary.
 pub fn cairn_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cairn"))
@@ -181,10 +255,12 @@ impl Mount {
     /// Runs the mount command and returns its output, mounted or not.
     pub fn try_mount(device: &Path, mountpoint: &Path, options: &str) -> Output {
         let mut command = Command::new(cairn_bin());
+        let options = transport_options(options);
         if !options.is_empty() {
-            command.args(["-o", options]);
+            command.args(["-o", &options]);
         }
-        command.arg(device).arg(mountpoint).output().unwrap()
+        command.arg(device).arg(mountpoint);
+        with_ring_enabled(|| command.output().unwrap())
     }
 
     /// Takes charge of a mount made some other way (mount -t fuse.cairn, fstab).
@@ -196,6 +272,13 @@ impl Mount {
         );
         let pids = pids_mentioning(mountpoint.to_str().unwrap());
         assert_eq!(pids.len(), 1, "expected one daemon, found {pids:?}");
+        if ring_transport() {
+            let served = served_transport(mountpoint);
+            assert_eq!(
+                served, "io_uring",
+                "CAIRN_TEST_TRANSPORT=uring, but not on the ring"
+            );
+        }
         Mount {
             mountpoint: mountpoint.to_owned(),
             device: device.to_owned(),
