@@ -251,23 +251,21 @@ fn open_filesystem(
     Ok(fs)
 }
 
-/// The io_uring rings of `-o uring`, set up before the handshake (which asks for the ring
-/// only if they are ready); no rings otherwise.
+/// The io_uring rings (`-o uring`, or by default where the kernel offers the ring), set up
+/// before the handshake, which asks for the ring only if they are ready.
 fn prepare_rings(request: &MountRequest) -> Rings<CairnFs> {
     let settings = &request.config.fuse;
-    match settings.uring {
-        true => Rings::prepare(
-            settings.uring_queue_depth,
-            settings.uring_queue_threads,
-            settings.max_write_bytes,
-        ),
-        false => Rings::off(),
-    }
+    Rings::for_mode(
+        settings.uring,
+        settings.uring_queue_depth,
+        settings.uring_queue_threads,
+        settings.max_write_bytes,
+    )
 }
 
 /// Starts serving over the rings if the handshake negotiated them (else says why, once,
-/// if `-o uring` asked for them): requests then go through a second front end on the
-/// same core, with the session's decoding and access rules.
+/// where they were asked for or prepared): requests then go through a second front end
+/// on the same core, with the session's decoding and access rules.
 fn start_transport(
     request: &MountRequest,
     rings: Rings<CairnFs>,
@@ -276,12 +274,12 @@ fn start_transport(
     requests: &Arc<RequestStats>,
 ) -> Result<Transport, DaemonError> {
     let settings = request.config.fuse.clone();
-    let asked = settings.uring;
+    let mode = settings.uring;
     let read_only = request.config.fs.read_only;
     let adapter = CairnFs::new(Arc::clone(core), Arc::clone(requests), settings, read_only)
         .map_err(DaemonError::Unmount)?;
     let fuse_fd = session.as_fd().as_raw_fd();
-    Ok(rings.start(fuse_fd, session.dispatcher(adapter), asked))
+    Ok(rings.start(fuse_fd, session.dispatcher(adapter), mode))
 }
 
 /// Mounts through FUSE and completes the handshake: as `fuseblk` over a loop device where

@@ -60,8 +60,9 @@ pub struct FuseSettings {
     /// Kernel mount flags passed through: nodev, nosuid, noexec, sync, dirsync.
     pub kernel_flags: KernelFlags,
     pub fsname: Option<String>,
-    /// Serve requests over io_uring where the kernel allows it (`-o uring`).
-    pub uring: bool,
+    /// Serve requests over io_uring: where the kernel offers it (default), asked for
+    /// (`-o uring`), or never (`-o nouring`).
+    pub uring: crate::uring::UringMode,
     /// Ring entries per queue worker (`uring_queue_depth=`).
     pub uring_queue_depth: u32,
     /// Worker threads (each with its own ring) per queue (`uring_queue_threads=`).
@@ -128,7 +129,7 @@ impl Default for MountConfig {
                 entry_timeout: TIMEOUT_DEFAULT,
                 kernel_flags: KernelFlags::default(),
                 fsname: None,
-                uring: false,
+                uring: crate::uring::UringMode::Auto,
                 uring_queue_depth: crate::uring::QUEUE_DEPTH_DEFAULT,
                 uring_queue_threads: crate::uring::QUEUE_THREADS_DEFAULT,
             },
@@ -231,7 +232,8 @@ impl MountConfig {
             "exec" | "noexec" => fuse.kernel_flags.exec = Some(name == "exec"),
             "sync" | "async" => fuse.kernel_flags.sync = Some(name == "sync"),
             "dirsync" => fuse.kernel_flags.dirsync = true,
-            "uring" | "nouring" => fuse.uring = name == "uring",
+            "uring" => fuse.uring = crate::uring::UringMode::On,
+            "nouring" => fuse.uring = crate::uring::UringMode::Off,
             _ if IGNORED.contains(&name) || name.starts_with("x-") => {}
             _ => return Ok(false),
         }
@@ -372,8 +374,9 @@ pub const OPTION_HELP: &[(&str, &str)] = &[
     (
         "uring / nouring",
         "serve requests over io_uring (FUSE_OVER_IO_URING, Linux 6.14+ with the fuse \
-         module's enable_uring on), one queue and worker per CPU; falls back to /dev/fuse, \
-         saying why in the log (default nouring)",
+         module's enable_uring on), one queue per CPU; uring falls back to /dev/fuse \
+         saying why in the log; nouring never uses the ring (default: the ring where the \
+         kernel offers it, /dev/fuse otherwise)",
     ),
     (
         "uring_queue_depth=N",
@@ -381,7 +384,7 @@ pub const OPTION_HELP: &[(&str, &str)] = &[
     ),
     (
         "uring_queue_threads=N",
-        "worker threads per queue, each with its own ring (default 1)",
+        "worker threads per queue, each with its own ring (default 2)",
     ),
     ("logfile=PATH", "background log to PATH instead of syslog"),
     (
@@ -449,10 +452,13 @@ mod tests {
         assert_eq!(never.fuse.blkdev, BlkdevMode::Never);
         let ring = MountConfig::parse(["uring,uring_queue_depth=32,uring_queue_threads=2"]);
         let ring = ring.unwrap();
-        assert!(ring.fuse.uring);
+        assert_eq!(ring.fuse.uring, crate::uring::UringMode::On);
         assert_eq!(ring.fuse.uring_queue_depth, 32);
         assert_eq!(ring.fuse.uring_queue_threads, 2);
-        assert!(!MountConfig::parse(["uring,nouring"]).unwrap().fuse.uring);
+        let off = MountConfig::parse(["uring,nouring"]).unwrap();
+        assert_eq!(off.fuse.uring, crate::uring::UringMode::Off);
+        let auto = MountConfig::parse([""]).unwrap();
+        assert_eq!(auto.fuse.uring, crate::uring::UringMode::Auto);
         assert_eq!(
             MountConfig::parse(["blkdev"]).unwrap().fuse.blkdev,
             BlkdevMode::Always

@@ -43,7 +43,7 @@ fn mount_ring(image: &Path, mnt: &Path, options: &str) -> Mount {
             .unwrap()
     });
     assert!(output.status.success(), "{}", common::output_text(&output));
-    let mount = Mount::adopt(image, mnt);
+    let mount = Mount::adopt_any_transport(image, mnt);
     assert_eq!(common::served_transport(mnt), "io_uring");
     mount
 }
@@ -132,7 +132,7 @@ fn falls_back_where_the_kernel_does_not_offer_the_ring() {
             .unwrap()
     });
     assert!(output.status.success(), "{}", common::output_text(&output));
-    let mount = Mount::adopt(&image, &mnt);
+    let mount = Mount::adopt_any_transport(&image, &mnt);
     assert_eq!(common::served_transport(&mnt), "/dev/fuse");
     std::fs::write(mount.path("a"), b"on /dev/fuse").unwrap();
     assert_eq!(std::fs::read(mount.path("a")).unwrap(), b"on /dev/fuse");
@@ -252,5 +252,47 @@ fn clients_killed_mid_request() {
         mnt.display()
     ));
     mount.unmount();
+    assert_eq!(fsck(&image), 0);
+}
+
+// By default a mount is on the ring where the kernel offers it, silently on /dev/fuse where
+// it does not; -o nouring keeps it on /dev/fuse either way.
+#[test]
+fn the_ring_is_the_default_where_offered() {
+    if skip() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let image = scratch.format("64M");
+    let mnt = scratch.mountpoint();
+    for (parameter, options, want) in [
+        ("Y", "", "io_uring"),
+        ("N", "", "/dev/fuse"),
+        ("Y", "nouring", "/dev/fuse"),
+    ] {
+        let log = scratch
+            .dir
+            .path()
+            .join(format!("daemon-{parameter}-{options}.log"));
+        let mut args = vec![format!("logfile={}", log.display())];
+        if !options.is_empty() {
+            args.push(options.to_string());
+        }
+        let output = common::with_ring_parameter(parameter, || {
+            Command::new(common::cairn_bin())
+                .args(["-o", &args.join(",")])
+                .arg(&image)
+                .arg(&mnt)
+                .output()
+                .unwrap()
+        });
+        assert!(output.status.success(), "{}", common::output_text(&output));
+        let mount = Mount::adopt_any_transport(&image, &mnt);
+        let served = common::served_transport(&mnt);
+        assert_eq!(served, want, "enable_uring={parameter}, -o {options}");
+        mount.unmount();
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(!text.contains("WARN"), "a default mount warns:\n{text}");
+    }
     assert_eq!(fsck(&image), 0);
 }

@@ -41,12 +41,26 @@ pub const ENABLE_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
 pub const QUEUE_DEPTH_DEFAULT: u32 = 8;
 /// Largest ring depth accepted.
 pub const QUEUE_DEPTH_MAX: u32 = 1024;
-/// Default worker threads per queue.
-pub const QUEUE_THREADS_DEFAULT: u16 = 1;
+/// Default worker threads per queue: with one, a request that waits for the device holds
+/// up every other request of its CPU's queue (4 KiB random reads at queue depth 16 ran at
+/// 0.78x of /dev/fuse; 1.21x with two, docs/benchmarks.md).
+pub const QUEUE_THREADS_DEFAULT: u16 = 2;
 /// Most worker threads per queue accepted.
 pub const QUEUE_THREADS_MAX: u16 = 16;
 /// How long the daemon waits, once `/dev/fuse` is done, for the ring workers to end.
 const WORKER_EXIT_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether a mount is served over io_uring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UringMode {
+    /// Where the kernel offers it (`enable_uring` on), silently `/dev/fuse` otherwise.
+    #[default]
+    Auto,
+    /// Asked for (`-o uring`): a fallback to `/dev/fuse` is logged as a warning.
+    On,
+    /// Never (`-o nouring`).
+    Off,
+}
 
 /// The ring's side of the handshake, shared with the adapter's `init`.
 #[derive(Debug, Default)]
@@ -142,6 +156,8 @@ pub struct Rings<FS: Filesystem> {
     threads: Vec<JoinHandle<()>>,
     /// Why the ring cannot be used, found while preparing.
     unavailable: Option<String>,
+    /// `prepare` ran: the ring was wanted and looked possible.
+    attempted: bool,
 }
 
 impl<FS: Filesystem> std::fmt::Debug for Start<FS> {
@@ -161,6 +177,21 @@ impl<FS: Filesystem> Rings<FS> {
             starts: Vec::new(),
             threads: Vec::new(),
             unavailable: None,
+            attempted: false,
+        }
+    }
+
+    /// The rings `mode` calls for: prepared for `On`, and for `Auto` where the module
+    /// parameter is on; none otherwise.
+    pub fn for_mode(mode: UringMode, queue_depth: u32, threads: u16, max_write: u32) -> Self {
+        let wanted = match mode {
+            UringMode::On => true,
+            UringMode::Auto => parameter_enabled() == Some(true),
+            UringMode::Off => false,
+        };
+        match wanted {
+            true => Self::prepare(queue_depth, threads, max_write),
+            false => Self::off(),
         }
     }
 
@@ -169,6 +200,7 @@ impl<FS: Filesystem> Rings<FS> {
     /// `max_write_bytes`. Problems are kept as the reason to fall back.
     pub fn prepare(queue_depth: u32, threads_per_queue: u16, max_write_bytes: u32) -> Self {
         let mut rings = Self::off();
+        rings.attempted = true;
         rings.queue_depth = queue_depth;
         rings.threads_per_queue = threads_per_queue;
         if let Err(reason) = kernel_support() {
@@ -230,17 +262,22 @@ impl<FS: Filesystem> Rings<FS> {
     }
 
     /// After the handshake: registers the entries and starts serving if the ring was
-    /// negotiated, else lets the threads go. `asked`: `-o uring` was given (a fallback is
-    /// then logged, once).
-    pub fn start(mut self, fuse_fd: RawFd, dispatcher: Dispatcher<FS>, asked: bool) -> Transport {
+    /// negotiated, else lets the threads go. A fallback is logged once, as a warning,
+    /// where the ring was asked for (`mode` On) or looked possible (prepared).
+    pub fn start(
+        mut self,
+        fuse_fd: RawFd,
+        dispatcher: Dispatcher<FS>,
+        mode: UringMode,
+    ) -> Transport {
         let depth = self.queue_depth;
         if !self.offer.granted() {
             let reason = self.fallback_reason();
             self.starts.clear();
-            if asked {
+            if mode == UringMode::On || self.attempted {
                 tracing::warn!("-o uring: serving through /dev/fuse instead: {reason}");
             }
-            let fallback = asked.then_some(reason);
+            let fallback = (mode != UringMode::Off).then_some(reason);
             return Transport::classic(self.threads, fallback);
         }
         let dispatcher = Arc::new(dispatcher);

@@ -14,19 +14,22 @@ const EXIT_WAIT: Duration = Duration::from_secs(120);
 /// The fuse module's parameter that lets a connection negotiate FUSE over io_uring.
 pub const RING_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
 
-/// The transport the mount tests run on: `/dev/fuse` unless `CAIRN_TEST_TRANSPORT=uring`
-/// (then every mount gets `-o uring`, with the module parameter turned on for its
-/// handshake, and must come up on the ring).
+/// The transport the mount tests run on: `/dev/fuse` (`-o nouring`) unless
+/// `CAIRN_TEST_TRANSPORT=uring` (then every mount gets `-o uring`, with the module
+/// parameter turned on for its handshake, and must come up on the ring).
 pub fn ring_transport() -> bool {
     std::env::var("CAIRN_TEST_TRANSPORT").is_ok_and(|value| value == "uring")
 }
 
-/// `options` plus what the test transport needs (`uring` on the ring).
+/// `options` plus the test transport's option (`uring` or `nouring`).
 pub fn transport_options(options: &str) -> String {
-    match (ring_transport(), options.is_empty()) {
-        (false, _) => options.to_string(),
-        (true, true) => "uring".to_string(),
-        (true, false) => format!("{options},uring"),
+    let transport = match ring_transport() {
+        true => "uring",
+        false => "nouring",
+    };
+    match options.is_empty() {
+        true => transport.to_string(),
+        false => format!("{options},{transport}"),
     }
 }
 
@@ -265,6 +268,18 @@ impl Mount {
 
     /// Takes charge of a mount made some other way (mount -t fuse.cairn, fstab).
     pub fn adopt(device: &Path, mountpoint: &Path) -> Mount {
+        let mount = Self::adopt_any_transport(device, mountpoint);
+        let want = match ring_transport() {
+            true => "io_uring",
+            false => "/dev/fuse",
+        };
+        let served = served_transport(mountpoint);
+        assert_eq!(served, want, "the mount is not on the test transport");
+        mount
+    }
+
+    /// Takes charge of a mount whichever transport serves it.
+    pub fn adopt_any_transport(device: &Path, mountpoint: &Path) -> Mount {
         assert!(
             is_mounted(mountpoint),
             "{} is not mounted",
@@ -272,13 +287,6 @@ impl Mount {
         );
         let pids = pids_mentioning(mountpoint.to_str().unwrap());
         assert_eq!(pids.len(), 1, "expected one daemon, found {pids:?}");
-        if ring_transport() {
-            let served = served_transport(mountpoint);
-            assert_eq!(
-                served, "io_uring",
-                "CAIRN_TEST_TRANSPORT=uring, but not on the ring"
-            );
-        }
         Mount {
             mountpoint: mountpoint.to_owned(),
             device: device.to_owned(),
