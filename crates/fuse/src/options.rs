@@ -129,7 +129,7 @@ impl Default for MountConfig {
                 entry_timeout: TIMEOUT_DEFAULT,
                 kernel_flags: KernelFlags::default(),
                 fsname: None,
-                uring: crate::uring::UringMode::Auto,
+                uring: crate::uring::UringMode::default(),
                 uring_queue_depth: crate::uring::QUEUE_DEPTH_DEFAULT,
                 uring_queue_threads: crate::uring::QUEUE_THREADS_DEFAULT,
             },
@@ -157,7 +157,7 @@ const IGNORED: [&str; 14] = [
 ];
 
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 11] = [
+const VALUE_OPTIONS: [&str; 12] = [
     "logmode",
     "cache_size",
     "allocsize",
@@ -167,6 +167,7 @@ const VALUE_OPTIONS: [&str; 11] = [
     "entry_timeout",
     "logfile",
     "fsname",
+    "uring",
     "uring_queue_depth",
     "uring_queue_threads",
 ];
@@ -255,6 +256,7 @@ impl MountConfig {
             "entry_timeout" => self.fuse.entry_timeout = parse_seconds(value).map_err(bad)?,
             "logfile" => self.log_file = Some(PathBuf::from(value)),
             "fsname" => self.fuse.fsname = Some(value.to_string()),
+            "uring" => self.fuse.uring = parse_uring_mode(value).map_err(bad)?,
             "uring_queue_depth" => {
                 self.fuse.uring_queue_depth = parse_queue_depth(value).map_err(bad)?;
             }
@@ -292,6 +294,16 @@ fn parse_threads(value: &str) -> Result<usize, String> {
         _ => Err(format!(
             "'{value}' is not a thread count (1 to {THREADS_MAX})"
         )),
+    }
+}
+
+fn parse_uring_mode(value: &str) -> Result<crate::uring::UringMode, String> {
+    use crate::uring::UringMode;
+    match value {
+        "auto" => Ok(UringMode::Auto),
+        "on" => Ok(UringMode::On),
+        "off" => Ok(UringMode::Off),
+        _ => Err(format!("'{value}' is not auto, on or off")),
     }
 }
 
@@ -372,11 +384,11 @@ pub const OPTION_HELP: &[(&str, &str)] = &[
         "kernel caching of attributes, names (10)",
     ),
     (
-        "uring / nouring",
+        "uring / uring=auto / nouring",
         "serve requests over io_uring (FUSE_OVER_IO_URING, Linux 6.14+ with the fuse \
-         module's enable_uring on), one queue per CPU; uring falls back to /dev/fuse \
-         saying why in the log; nouring never uses the ring (default: the ring where the \
-         kernel offers it, /dev/fuse otherwise)",
+         module's enable_uring on), one queue per CPU: uring falls back to /dev/fuse \
+         saying why in the log; uring=auto uses the ring where the kernel offers it, \
+         silently /dev/fuse otherwise; nouring reads /dev/fuse only (default nouring)",
     ),
     (
         "uring_queue_depth=N",
@@ -457,8 +469,11 @@ mod tests {
         assert_eq!(ring.fuse.uring_queue_threads, 2);
         let off = MountConfig::parse(["uring,nouring"]).unwrap();
         assert_eq!(off.fuse.uring, crate::uring::UringMode::Off);
-        let auto = MountConfig::parse([""]).unwrap();
+        let auto = MountConfig::parse(["uring=auto"]).unwrap();
         assert_eq!(auto.fuse.uring, crate::uring::UringMode::Auto);
+        let default = MountConfig::parse([""]).unwrap();
+        assert_eq!(default.fuse.uring, crate::uring::UringMode::Off);
+        assert!(MountConfig::parse(["uring=sometimes"]).is_err());
         assert_eq!(
             MountConfig::parse(["blkdev"]).unwrap().fuse.blkdev,
             BlkdevMode::Always

@@ -255,10 +255,10 @@ fn clients_killed_mid_request() {
     assert_eq!(fsck(&image), 0);
 }
 
-// By default a mount is on the ring where the kernel offers it, silently on /dev/fuse where
-// it does not; -o nouring keeps it on /dev/fuse either way.
+// -o uring=auto mounts on the ring where the kernel offers it, silently on /dev/fuse where
+// it does not; by default, and with -o nouring, a mount stays on /dev/fuse either way.
 #[test]
-fn the_ring_is_the_default_where_offered() {
+fn uring_auto_follows_the_kernel() {
     if skip() {
         return;
     }
@@ -266,8 +266,9 @@ fn the_ring_is_the_default_where_offered() {
     let image = scratch.format("64M");
     let mnt = scratch.mountpoint();
     for (parameter, options, want) in [
-        ("Y", "", "io_uring"),
-        ("N", "", "/dev/fuse"),
+        ("Y", "uring=auto", "io_uring"),
+        ("N", "uring=auto", "/dev/fuse"),
+        ("Y", "", "/dev/fuse"),
         ("Y", "nouring", "/dev/fuse"),
     ] {
         let log = scratch
@@ -292,7 +293,10 @@ fn the_ring_is_the_default_where_offered() {
         assert_eq!(served, want, "enable_uring={parameter}, -o {options}");
         mount.unmount();
         let text = std::fs::read_to_string(&log).unwrap();
-        assert!(!text.contains("WARN"), "a default mount warns:\n{text}");
+        assert!(
+            !text.contains("WARN"),
+            "a mount without -o uring warns:\n{text}"
+        );
     }
     assert_eq!(fsck(&image), 0);
 }

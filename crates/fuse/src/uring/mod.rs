@@ -53,12 +53,13 @@ const WORKER_EXIT_WAIT: Duration = Duration::from_secs(10);
 /// Whether a mount is served over io_uring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UringMode {
-    /// Where the kernel offers it (`enable_uring` on), silently `/dev/fuse` otherwise.
-    #[default]
+    /// Where the kernel offers it (`enable_uring` on), silently `/dev/fuse` otherwise
+    /// (`-o uring=auto`).
     Auto,
     /// Asked for (`-o uring`): a fallback to `/dev/fuse` is logged as a warning.
     On,
-    /// Never (`-o nouring`).
+    /// Never (`-o nouring`, the default: docs/benchmarks.md has why).
+    #[default]
     Off,
 }
 
