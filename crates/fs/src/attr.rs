@@ -47,7 +47,7 @@ impl Filesystem {
         apply(&mut data, changes, who);
         let mut tx = self.begin(Reservation::for_items(&self.geometry, 0, 0, 1, 0))?;
         Self::log_inode(&mut tx, inode, &mut data);
-        Self::commit(tx, &mut [&mut data])?;
+        self.commit(tx, &mut [&mut data])?;
         Ok(data.attr(inode, self.geometry.block_size))
     }
 
@@ -114,7 +114,7 @@ impl Filesystem {
         let reservation = Reservation::for_items(&self.geometry, 0, 0, 1, 0);
         if let Ok(mut tx) = self.begin(reservation) {
             Self::log_inode(&mut tx, number, &mut data);
-            let _ = Self::commit(tx, &mut [&mut data]);
+            let _ = self.commit(tx, &mut [&mut data]);
         }
     }
 
@@ -135,7 +135,7 @@ impl Filesystem {
             data.core.ctime = now();
             let mut tx = self.begin(Reservation::for_items(&self.geometry, 0, 0, 1, 0))?;
             Self::log_inode(&mut tx, inode, &mut data);
-            Self::commit(tx, &mut [&mut data])?;
+            self.commit(tx, &mut [&mut data])?;
         }
         Ok(())
     }

@@ -586,14 +586,14 @@ pub(crate) fn commit_unmap(
 ) -> Result<(), FsError> {
     if let Err(error) = map.store(fs, &mut tx, data) {
         Filesystem::log_inode(&mut tx, number, data);
-        Filesystem::commit(tx, &mut [data])?;
+        fs.commit(tx, &mut [data])?;
         return Err(error);
     }
     let intent = tx.tx.log_free_intent(&free_extents(removed));
     let released: u64 = removed.iter().map(|e| u64::from(e.length)).sum();
     data.core.block_count = data.core.block_count.saturating_sub(released);
     Filesystem::log_inode(&mut tx, number, data);
-    Filesystem::commit(tx, &mut [data])?;
+    fs.commit(tx, &mut [data])?;
     free_intent(fs, intent, removed)
 }
 

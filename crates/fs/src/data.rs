@@ -202,7 +202,7 @@ impl Filesystem {
             perm::clear_set_id(&mut meta, writer);
         }
         Self::log_inode(&mut tx, inode, &mut meta);
-        Self::commit(tx, &mut [&mut meta])?;
+        self.commit(tx, &mut [&mut meta])?;
         stored
     }
 
@@ -245,7 +245,7 @@ impl Filesystem {
             let step = map.map_range(self, &mut tx, &mut meta, block, last, placement);
             let stored = map.store(self, &mut tx, &mut meta);
             Self::log_inode(&mut tx, inode, &mut meta);
-            Self::commit(tx, &mut [&mut meta])?;
+            self.commit(tx, &mut [&mut meta])?;
             stored?;
             block = step?;
         }
@@ -334,7 +334,7 @@ impl Filesystem {
         meta.core.mtime = now;
         meta.core.ctime = now;
         Self::log_inode(&mut tx, inode, &mut meta);
-        Self::commit(tx, &mut [&mut meta])?;
+        self.commit(tx, &mut [&mut meta])?;
         if shrinks_mid_block {
             self.journal
                 .force(cairn_journal::CommitSequence(meta.last_sequence))?;
@@ -378,7 +378,7 @@ impl Filesystem {
             map.mark_unwritten(first, last);
             let stored = map.store(self, &mut tx, meta);
             Self::log_inode(&mut tx, inode, meta);
-            Self::commit(tx, &mut [meta])?;
+            self.commit(tx, &mut [meta])?;
             stored?;
         }
         Ok(())

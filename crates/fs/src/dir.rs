@@ -444,7 +444,7 @@ fn index_insert(
         let inserted = dir_index::insert(&mut tree, &mut ctx, name_hash(name), address);
         // A failed insert gives back the split blocks it took; frees are deferred.
         let freed = ctx.take_freed();
-        defer_free(tx, freed);
+        tx.defer_free(freed);
         inserted?;
     }
     let after = before.with_tree(&tree);
@@ -659,7 +659,7 @@ pub(crate) fn remove(
             Ok(name_hash(&entry.name))
         })?;
         let freed = ctx.take_freed();
-        defer_free(tx, freed);
+        tx.defer_free(freed);
     }
     let mut after = before.with_tree(&tree);
     let last = block_count(fs, data).saturating_sub(1);
@@ -758,7 +758,7 @@ pub(crate) fn free_remaining_blocks(
     data.core.size = 0;
     if removed.is_empty() {
         Filesystem::log_inode(&mut tx, number, data);
-        Filesystem::commit(tx, &mut [data])?;
+        fs.commit(tx, &mut [data])?;
         return Ok(());
     }
     bmap::commit_unmap(fs, tx, number, data, &mut map, &removed)
@@ -806,22 +806,12 @@ pub(crate) fn free_blocks_in_steps(
         if removed.is_empty() {
             // A hole at the end: only the size shrinks.
             Filesystem::log_inode(&mut tx, number, data);
-            Filesystem::commit(tx, &mut [data])?;
+            fs.commit(tx, &mut [data])?;
             continue;
         }
         bmap::commit_unmap(fs, tx, number, data, &mut map, &removed)?;
     }
     Ok(())
-}
-
-/// Names `freed` (unmapped blocks) in a free intent of `tx` and leaves them to
-/// `finish_deferred_frees` after `tx` commits (a crash before that: mount frees them).
-fn defer_free(tx: &mut Tx<'_>, freed: Vec<Extent>) {
-    if freed.is_empty() {
-        return;
-    }
-    let intent = tx.tx.log_free_intent(&bmap::free_extents(&freed));
-    tx.deferred_frees.push((intent, freed));
 }
 
 /// Frees the blocks a committed transaction deferred (`Tx::deferred_frees`), one

@@ -84,7 +84,7 @@ impl Filesystem {
         meta.core.ctime = now;
         perm::clear_set_id_unless_root(&mut meta, who);
         Self::log_inode(&mut tx, inode, &mut meta);
-        Self::commit(tx, &mut [&mut meta])?;
+        self.commit(tx, &mut [&mut meta])?;
         Ok(())
     }
 
@@ -108,7 +108,7 @@ impl Filesystem {
                 map.mark_unwritten(first, last);
                 let stored = map.store(self, &mut tx, &mut meta);
                 Self::log_inode(&mut tx, inode, &mut meta);
-                Self::commit(tx, &mut [&mut meta])?;
+                self.commit(tx, &mut [&mut meta])?;
                 stored?;
             }
         }
@@ -222,7 +222,7 @@ mod tests {
             map.store(&fs, &mut tx, &mut data).unwrap();
             data.core.block_count = 0;
             Filesystem::log_inode(&mut tx, file.inode, &mut data);
-            Filesystem::commit(tx, &mut [&mut data]).unwrap();
+            fs.commit(tx, &mut [&mut data]).unwrap();
         }
         fs.sync().unwrap();
         let image = device.durable_image();

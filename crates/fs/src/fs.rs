@@ -440,12 +440,19 @@ impl Filesystem {
         tx.tx.log_inode(InodeNumber(number), data.image());
     }
 
-    /// Commits `tx`, recording its sequence in every inode it logged.
-    pub(crate) fn commit(tx: Tx<'_>, logged: &mut [&mut InodeData]) -> Result<u64, FsError> {
+    /// Commits `tx`, recording its sequence in every inode it logged, then frees what it
+    /// deferred (`Tx::defer_free`), one transaction per intent.
+    pub(crate) fn commit(
+        &self,
+        mut tx: Tx<'_>,
+        logged: &mut [&mut InodeData],
+    ) -> Result<u64, FsError> {
+        let deferred = std::mem::take(&mut tx.deferred_frees);
         let sequence = tx.tx.commit()?.0;
         for data in logged {
             data.last_sequence = sequence;
         }
+        crate::dir::finish_deferred_frees(self, deferred)?;
         Ok(sequence)
     }
 

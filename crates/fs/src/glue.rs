@@ -17,6 +17,20 @@ pub(crate) struct Tx<'j> {
     pub deferred_frees: Vec<(cairn_journal::IntentId, Vec<cairn_format::Extent>)>,
 }
 
+impl Tx<'_> {
+    /// Names `freed` (unmapped blocks) in a free intent of this transaction and leaves them
+    /// to be freed after it commits (`Filesystem::commit`; a crash before that: mount frees
+    /// them). For frees this transaction may not make itself: a lower AG's AGF than one it
+    /// holds (AG locks ascend).
+    pub(crate) fn defer_free(&mut self, freed: Vec<cairn_format::Extent>) {
+        if freed.is_empty() {
+            return;
+        }
+        let intent = self.tx.log_free_intent(&crate::bmap::free_extents(&freed));
+        self.deferred_frees.push((intent, freed));
+    }
+}
+
 fn journal_error(block: FsBlock, error: cairn_journal::JournalError) -> TreeError {
     match error {
         cairn_journal::JournalError::Buffer(source) => TreeError::Buffer {

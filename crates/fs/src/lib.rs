@@ -13,8 +13,10 @@
 //! - new data blocks are mapped unwritten until the data is on the device, so a crash never
 //!   exposes stale blocks;
 //! - an inode whose link count reached 0 is on its AG's unlinked list until freed;
-//! - locks are taken parent directory before child, inode locks before the transaction's
-//!   buffer locks, AG headers in ascending AG order;
+//! - locks are taken parent directory before child, inode locks before log space and the
+//!   transaction's buffer locks, every AGI before every AGF and each by ascending AG; every
+//!   lock is ranked (`cairn_lockrank`), so debug builds check this order (docs/fs.md, "Lock
+//!   order");
 //! - a cached inode is dropped only when its home copy equals it.
 
 mod acl;

@@ -273,7 +273,7 @@ impl Filesystem {
         let mut data = inode.lock_fresh();
         Self::log_inode(&mut tx, parent, dir_data);
         Self::log_inode(&mut tx, inode.number, &mut data);
-        Self::commit(tx, &mut [dir_data, &mut data])?;
+        self.commit(tx, &mut [dir_data, &mut data])?;
         data.lookups += 1;
         Ok(data.attr(inode.number, self.geometry.block_size))
     }
@@ -573,7 +573,7 @@ impl Filesystem {
         dir_data.core.ctime = now;
         Self::log_inode(&mut tx, new_parent, &mut dir_data);
         Self::log_inode(&mut tx, inode, &mut data);
-        Self::commit(tx, &mut [&mut dir_data, &mut data])?;
+        self.commit(tx, &mut [&mut dir_data, &mut data])?;
         data.lookups += 1;
         Ok(data.attr(inode, self.geometry.block_size))
     }

@@ -286,7 +286,7 @@ impl Filesystem {
         let reservation = cairn_journal::Reservation::for_items(&self.geometry, 0, 0, 1, 0);
         let mut tx = self.begin(reservation)?;
         Self::log_inode(&mut tx, inode, &mut meta);
-        Self::commit(tx, &mut [&mut meta])?;
+        self.commit(tx, &mut [&mut meta])?;
         Ok(())
     }
 

@@ -76,9 +76,7 @@ impl Filesystem {
         dir_data.core.ctime = now;
         Self::log_inode(&mut tx, parent, &mut dir_data);
         Self::log_inode(&mut tx, found.inode, &mut data);
-        let deferred = std::mem::take(&mut tx.deferred_frees);
-        Self::commit(tx, &mut [&mut dir_data, &mut data])?;
-        dir::finish_deferred_frees(self, deferred)?;
+        self.commit(tx, &mut [&mut dir_data, &mut data])?;
         let idle = data.core.nlink == 0 && data.lookups == 0 && data.opens == 0;
         drop(data);
         drop(dir_data);

@@ -191,7 +191,7 @@ fn free_unlisted(fs: &Filesystem, number: u64, data: &mut InodeData) -> Result<(
         Filesystem::log_inode(&mut tx, number, data);
         let mut logged: Vec<&mut InodeData> = vec![data];
         logged.extend(before_data.as_deref_mut());
-        Filesystem::commit(tx, &mut logged)?;
+        fs.commit(tx, &mut logged)?;
         return result;
     }
     Err(FsError::corrupt(

@@ -347,7 +347,7 @@ impl Filesystem {
         }
         data.acls = Default::default();
         Self::log_inode(&mut tx, inode, &mut data);
-        Self::commit(tx, &mut [&mut data])?;
+        self.commit(tx, &mut [&mut data])?;
         if let Some(unused) = stored? {
             xattr_store::free_unused(self, unused)?;
         }

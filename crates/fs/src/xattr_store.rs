@@ -743,7 +743,7 @@ pub(crate) fn free_all(fs: &Filesystem, number: u64, data: &mut InodeData) -> Re
             Err(error) => Err(error),
         };
         Filesystem::log_inode(&mut tx, number, data);
-        Filesystem::commit(tx, &mut [data])?;
+        fs.commit(tx, &mut [data])?;
         if let Some(unused) = stored? {
             free_unused(fs, unused)?;
         }

@@ -54,6 +54,7 @@ impl Watchdog {
                 for cycle in cycles {
                     eprintln!("{cycle}");
                 }
+                print_stacks();
                 std::process::abort();
             }
         });
@@ -70,6 +71,18 @@ impl Drop for Watchdog {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// Every thread's stack, through gdb where it is installed (a hang's evidence).
+fn print_stacks() {
+    let pid = std::process::id().to_string();
+    let stacks = std::process::Command::new("gdb")
+        .args(["-p", &pid, "-batch", "-ex", "thread apply all bt 30"])
+        .output();
+    match stacks {
+        Ok(output) => eprintln!("{}", String::from_utf8_lossy(&output.stdout)),
+        Err(error) => eprintln!("no stacks (gdb: {error})"),
     }
 }
 
@@ -97,10 +110,10 @@ fn env_or(name: &str, default: u64) -> u64 {
 }
 
 /// Operations that succeeded, by kind (printed, so a run shows what it exercised).
-static SUCCEEDED: [AtomicU64; 12] = [const { AtomicU64::new(0) }; 12];
-const KINDS: [&str; 12] = [
+static SUCCEEDED: [AtomicU64; 14] = [const { AtomicU64::new(0) }; 14];
+const KINDS: [&str; 14] = [
     "create", "lookup", "mkdir", "unlink", "rmdir", "rename", "link", "write", "truncate",
-    "setxattr", "fsync", "open",
+    "setxattr", "fsync", "open", "read", "readdir",
 ];
 
 /// Errors a racing operation may meet; anything else (corruption, I/O, shutdown) fails.
@@ -187,7 +200,7 @@ impl Worker {
     fn step(&mut self) {
         let fs = Arc::clone(&self.fs);
         let who = self.who.clone();
-        match self.rng.below(16) {
+        match self.rng.below(18) {
             0 | 1 => {
                 let (dir, name) = (self.dir(), self.name());
                 let made = fs.create(dir, &name, FileKind::Regular, 0o644, 0, &who);
@@ -236,6 +249,16 @@ impl Worker {
                 let Some(file) = self.file() else { return };
                 expected(fs.fsync(file, self.rng.below(2) == 0), "fsync");
             }
+            14 => {
+                let Some(file) = self.file() else { return };
+                let offset = self.rng.below(250_000);
+                let read = fs.read(file, offset, 1 + self.rng.below(65536) as u32);
+                expected(read.map(|_| ()), "read");
+            }
+            15 => {
+                let dir = self.dir();
+                expected(fs.readdir(dir, 0, 1000).map(|_| ()), "readdir");
+            }
             _ => self.forget_some(),
         }
     }
@@ -261,8 +284,8 @@ impl Worker {
             }
             Err(error) => return expected(Err(error), "open"),
         };
-        let offset = self.rng.below(4) * 4096 + self.rng.below(4096);
-        let bytes = vec![b'd'; 1 + self.rng.below(20_000) as usize];
+        let offset = self.rng.below(200_000);
+        let bytes = vec![b'd'; 1 + self.rng.below(40_000) as usize];
         expected(self.fs.write(file, offset, &bytes).map(|_| ()), "write");
         expected(self.fs.release(open), "release");
     }

@@ -75,8 +75,9 @@ while time.time() < end:
     count += 1
     if time.time() - beat > 0.5:
         beat = time.time()
-        with open(heartbeat, "w") as f:
+        with open(heartbeat + ".new", "w") as f:
             f.write("%f %d" % (beat, count))
+        os.replace(heartbeat + ".new", heartbeat)
 print("worker %d: %d operations" % (me, count), flush=True)
 "#;
 
@@ -111,21 +112,31 @@ fn heartbeat_age(path: &Path, started: Instant) -> Duration {
     beat.unwrap_or_else(|| started.elapsed())
 }
 
-/// What a hang looks like from outside: the daemon's statistics and its threads' stacks.
-fn hang_report(mount: &Mount) -> String {
+/// The kernel stacks of every thread of process `pid`, each under its name.
+fn kernel_stacks(pid: u32) -> String {
+    let mut stacks = String::new();
+    let tasks = format!("/proc/{pid}/task");
+    for task in std::fs::read_dir(tasks).into_iter().flatten().flatten() {
+        let read = |name| std::fs::read_to_string(task.path().join(name)).unwrap_or_default();
+        stacks.push_str(&format!("-- {}{}", read("comm"), read("stack")));
+    }
+    stacks
+}
+
+/// What a hang looks like from outside: the daemon's statistics, its threads' stacks and
+/// the stuck worker's.
+fn hang_report(mount: &Mount, worker: u32) -> String {
     let stats = Command::new("timeout")
         .args(["5", cairn_bin().to_str().unwrap(), "stats"])
         .arg(&mount.mountpoint)
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
-    let mut stacks = String::new();
-    let tasks = format!("/proc/{}/task", mount.pid);
-    for task in std::fs::read_dir(tasks).into_iter().flatten().flatten() {
-        let read = |name| std::fs::read_to_string(task.path().join(name)).unwrap_or_default();
-        stacks.push_str(&format!("-- {}{}", read("comm"), read("stack")));
-    }
-    format!("cairn stats:\n{stats}\ndaemon threads:\n{stacks}")
+    format!(
+        "cairn stats:\n{stats}\ndaemon threads:\n{}\nthe stuck worker:\n{}",
+        kernel_stacks(mount.pid),
+        kernel_stacks(worker)
+    )
 }
 
 /// Waits for every worker, failing on a stale heartbeat or a failed worker.
@@ -142,7 +153,7 @@ fn watch(mount: &Mount, workers: &mut [(Child, std::path::PathBuf)], started: In
             if age > HANG_LIMIT {
                 panic!(
                     "HANG: a worker's last operation finished {age:?} ago\n{}",
-                    hang_report(mount)
+                    hang_report(mount, worker.id())
                 );
             }
         }
@@ -160,7 +171,12 @@ fn processes_mixing_every_operation_never_hang() {
     let scratch = Scratch::new();
     let image = scratch.format("2G");
     let mnt = scratch.mountpoint();
-    let mount = Mount::new(&image, &mnt, "attr_timeout=0.05,entry_timeout=0.05");
+    let log = scratch.dir.path().join("daemon.log");
+    let options = format!(
+        "attr_timeout=0.05,entry_timeout=0.05,logfile={}",
+        log.display()
+    );
+    let mount = Mount::new(&image, &mnt, &options);
     for dir in (0..4).map(|i| format!("s{i}")) {
         std::fs::create_dir(mount.path(&dir)).unwrap();
     }
@@ -193,6 +209,12 @@ fn processes_mixing_every_operation_never_hang() {
         for (worker, _) in &mut workers {
             let _ = worker.kill();
         }
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = logged.lines().collect();
+        eprintln!(
+            "daemon log (last lines):\n{}",
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        );
         std::panic::resume_unwind(panic);
     }
     mount.unmount();

@@ -88,9 +88,12 @@ pub fn served_transport(mountpoint: &Path) -> String {
         .to_string()
 }
 
-/// The built `cairn` binary.
+/// The built `cairn` binary, or `CAIRN_BIN` (long runs use a copy that later builds leave
+/// alone).
 pub fn cairn_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_cairn"))
+    std::env::var_os("CAIRN_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cairn")))
 }
 
 /// Runs `program args` and returns its output (a missing program panics with its name).
