@@ -251,8 +251,8 @@ fn open_filesystem(
     Ok(fs)
 }
 
-/// The io_uring rings (`-o uring`, or by default where the kernel offers the ring), set up
-/// before the handshake, which asks for the ring only if they are ready.
+/// The io_uring rings (`-o uring`, or `-o uring=auto` where the kernel offers the ring),
+/// set up before the handshake, which asks for the ring only if they are ready.
 fn prepare_rings(request: &MountRequest) -> Rings<CairnFs> {
     let settings = &request.config.fuse;
     Rings::for_mode(

@@ -60,8 +60,8 @@ pub struct FuseSettings {
     /// Kernel mount flags passed through: nodev, nosuid, noexec, sync, dirsync.
     pub kernel_flags: KernelFlags,
     pub fsname: Option<String>,
-    /// Serve requests over io_uring: where the kernel offers it (default), asked for
-    /// (`-o uring`), or never (`-o nouring`).
+    /// Serve requests over io_uring: asked for (`-o uring`), where the kernel offers it
+    /// (`-o uring=auto`), or never (`-o nouring`, the default).
     pub uring: crate::uring::UringMode,
     /// Ring entries per queue worker (`uring_queue_depth=`).
     pub uring_queue_depth: u32,

@@ -1,9 +1,10 @@
 //! FUSE over io_uring (`-o uring`): the ring transport. After the `FUSE_INIT` handshake
 //! negotiates `FUSE_OVER_IO_URING` (Linux 6.14+, protocol 7.42, with the `fuse` module's
 //! `enable_uring` parameter on), each CPU's queue gets `uring_queue_depth` ring entries
-//! (a header buffer and a payload buffer sized for `max_write`) and a worker thread. The
-//! kernel puts a request on the queue of the CPU that issued it; the worker rebuilds it as
-//! `/dev/fuse` would have handed it over and gives it to fuser's dispatcher, the same
+//! (a header buffer and a payload buffer sized for `max_write`) per worker thread
+//! (`uring_queue_threads` of them, each with its own ring). The kernel puts a request on
+//! the queue of the CPU that issued it; the worker rebuilds it as `/dev/fuse` would have
+//! handed it over and gives it to fuser's dispatcher, the same
 //! decoding and the same `fuser::Filesystem` methods the `/dev/fuse` workers use, and its
 //! reply lands in the entry, committed together with the fetch of the next request.
 //!

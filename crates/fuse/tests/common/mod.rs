@@ -221,13 +221,17 @@ pub fn mount_flags(path: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Waits for `pid` to exit; returns whether it did in time.
+/// Waits for `pid` to exit, every thread of it; returns whether it did in time.
 pub fn wait_exit(pid: u32, limit: Duration) -> bool {
     let start = Instant::now();
     while Path::new(&format!("/proc/{pid}")).exists() {
-        // A zombie has exited; its stat says state Z.
+        // A zombie has exited; its stat says state Z. A leader is a zombie as soon as its
+        // own thread ends, while other threads may still be exiting (ring workers cancel
+        // their io_uring commands first) and hold its descriptors and the image's lock.
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z')) {
+        let zombie = stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z'));
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, Iterator::count);
+        if zombie && threads <= 1 {
             return true;
         }
         if start.elapsed() > limit {
