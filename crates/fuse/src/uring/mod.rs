@@ -44,7 +44,7 @@ pub const QUEUE_DEPTH_DEFAULT: u32 = 8;
 pub const QUEUE_DEPTH_MAX: u32 = 1024;
 /// Default worker threads per queue: with one, a request that waits for the device holds
 /// up every other request of its CPU's queue (4 KiB random reads at queue depth 16 ran at
-/// 0.78x of /dev/fuse; 1.21x with two, docs/benchmarks.md).
+/// 0.81x of /dev/fuse round by round; 1.27x with two, docs/benchmarks.md).
 pub const QUEUE_THREADS_DEFAULT: u16 = 2;
 /// Most worker threads per queue accepted.
 pub const QUEUE_THREADS_MAX: u16 = 16;
