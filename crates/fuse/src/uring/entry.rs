@@ -2,7 +2,7 @@
 //! rebuilding of a request into the layout a read of `/dev/fuse` gives (so fuser decodes
 //! it unchanged), and the sink through which fuser's reply lands in the entry.
 //!
-//! One allocation per queue; per entry, page aligned:
+//! One allocation per worker ring (`QueueMemory`); per entry, page aligned:
 //!
 //! ```text
 //! | header page                                  | payload (registered) | slack page |
