@@ -28,6 +28,7 @@ pub mod logging;
 pub mod man;
 pub mod options;
 pub mod stats;
+pub mod uring;
 pub mod watchdog;
 
 pub use adapter::CairnFs;

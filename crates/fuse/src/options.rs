@@ -60,6 +60,13 @@ pub struct FuseSettings {
     /// Kernel mount flags passed through: nodev, nosuid, noexec, sync, dirsync.
     pub kernel_flags: KernelFlags,
     pub fsname: Option<String>,
+    /// Serve requests over io_uring: asked for (`-o uring`), where the kernel offers it
+    /// (`-o uring=auto`), or never (`-o nouring`, the default).
+    pub uring: crate::uring::UringMode,
+    /// Ring entries per queue worker (`uring_queue_depth=`).
+    pub uring_queue_depth: u32,
+    /// Worker threads (each with its own ring) per queue (`uring_queue_threads=`).
+    pub uring_queue_threads: u16,
 }
 
 /// The generic mount flags the kernel applies. Each pair is decided by the last option
@@ -122,6 +129,9 @@ impl Default for MountConfig {
                 entry_timeout: TIMEOUT_DEFAULT,
                 kernel_flags: KernelFlags::default(),
                 fsname: None,
+                uring: crate::uring::UringMode::default(),
+                uring_queue_depth: crate::uring::QUEUE_DEPTH_DEFAULT,
+                uring_queue_threads: crate::uring::QUEUE_THREADS_DEFAULT,
             },
             log_file: None,
         }
@@ -147,7 +157,7 @@ const IGNORED: [&str; 14] = [
 ];
 
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 9] = [
+const VALUE_OPTIONS: [&str; 12] = [
     "logmode",
     "cache_size",
     "allocsize",
@@ -157,6 +167,9 @@ const VALUE_OPTIONS: [&str; 9] = [
     "entry_timeout",
     "logfile",
     "fsname",
+    "uring",
+    "uring_queue_depth",
+    "uring_queue_threads",
 ];
 
 impl MountConfig {
@@ -220,6 +233,8 @@ impl MountConfig {
             "exec" | "noexec" => fuse.kernel_flags.exec = Some(name == "exec"),
             "sync" | "async" => fuse.kernel_flags.sync = Some(name == "sync"),
             "dirsync" => fuse.kernel_flags.dirsync = true,
+            "uring" => fuse.uring = crate::uring::UringMode::On,
+            "nouring" => fuse.uring = crate::uring::UringMode::Off,
             _ if IGNORED.contains(&name) || name.starts_with("x-") => {}
             _ => return Ok(false),
         }
@@ -241,6 +256,13 @@ impl MountConfig {
             "entry_timeout" => self.fuse.entry_timeout = parse_seconds(value).map_err(bad)?,
             "logfile" => self.log_file = Some(PathBuf::from(value)),
             "fsname" => self.fuse.fsname = Some(value.to_string()),
+            "uring" => self.fuse.uring = parse_uring_mode(value).map_err(bad)?,
+            "uring_queue_depth" => {
+                self.fuse.uring_queue_depth = parse_queue_depth(value).map_err(bad)?;
+            }
+            "uring_queue_threads" => {
+                self.fuse.uring_queue_threads = parse_queue_threads(value).map_err(bad)?;
+            }
             // mount(8) passes these through; they mean nothing here.
             "comment" | "subtype" | "context" | "fscontext" | "rootcontext" => {}
             _ if name.starts_with("x-") => {}
@@ -272,6 +294,32 @@ fn parse_threads(value: &str) -> Result<usize, String> {
         _ => Err(format!(
             "'{value}' is not a thread count (1 to {THREADS_MAX})"
         )),
+    }
+}
+
+fn parse_uring_mode(value: &str) -> Result<crate::uring::UringMode, String> {
+    use crate::uring::UringMode;
+    match value {
+        "auto" => Ok(UringMode::Auto),
+        "on" => Ok(UringMode::On),
+        "off" => Ok(UringMode::Off),
+        _ => Err(format!("'{value}' is not auto, on or off")),
+    }
+}
+
+fn parse_queue_depth(value: &str) -> Result<u32, String> {
+    let most = crate::uring::QUEUE_DEPTH_MAX;
+    match value.parse::<u32>() {
+        Ok(depth) if (1..=most).contains(&depth) => Ok(depth),
+        _ => Err(format!("'{value}' is not a queue depth (1 to {most})")),
+    }
+}
+
+fn parse_queue_threads(value: &str) -> Result<u16, String> {
+    let most = crate::uring::QUEUE_THREADS_MAX;
+    match value.parse::<u16>() {
+        Ok(threads) if (1..=most).contains(&threads) => Ok(threads),
+        _ => Err(format!("'{value}' is not a thread count (1 to {most})")),
     }
 }
 
@@ -334,6 +382,21 @@ pub const OPTION_HELP: &[(&str, &str)] = &[
     (
         "attr_timeout=SECS / entry_timeout=SECS",
         "kernel caching of attributes, names (10)",
+    ),
+    (
+        "uring / uring=auto / nouring",
+        "serve requests over io_uring (FUSE_OVER_IO_URING, Linux 6.14+ with the fuse \
+         module's enable_uring on), one queue per CPU: uring falls back to /dev/fuse \
+         saying why in the log; uring=auto uses the ring where the kernel offers it, \
+         silently /dev/fuse otherwise; nouring reads /dev/fuse only (default nouring)",
+    ),
+    (
+        "uring_queue_depth=N",
+        "ring entries per queue worker, each with a max_write payload buffer (default 8)",
+    ),
+    (
+        "uring_queue_threads=N",
+        "worker threads per queue, each with its own ring (default 2)",
     ),
     ("logfile=PATH", "background log to PATH instead of syslog"),
     (
@@ -399,6 +462,18 @@ mod tests {
         assert!(MountConfig::parse(["discard"]).unwrap().fs.discard);
         let never = MountConfig::parse(["noblkdev"]).unwrap();
         assert_eq!(never.fuse.blkdev, BlkdevMode::Never);
+        let ring = MountConfig::parse(["uring,uring_queue_depth=32,uring_queue_threads=2"]);
+        let ring = ring.unwrap();
+        assert_eq!(ring.fuse.uring, crate::uring::UringMode::On);
+        assert_eq!(ring.fuse.uring_queue_depth, 32);
+        assert_eq!(ring.fuse.uring_queue_threads, 2);
+        let off = MountConfig::parse(["uring,nouring"]).unwrap();
+        assert_eq!(off.fuse.uring, crate::uring::UringMode::Off);
+        let auto = MountConfig::parse(["uring=auto"]).unwrap();
+        assert_eq!(auto.fuse.uring, crate::uring::UringMode::Auto);
+        let default = MountConfig::parse([""]).unwrap();
+        assert_eq!(default.fuse.uring, crate::uring::UringMode::Off);
+        assert!(MountConfig::parse(["uring=sometimes"]).is_err());
         assert_eq!(
             MountConfig::parse(["blkdev"]).unwrap().fuse.blkdev,
             BlkdevMode::Always
@@ -445,6 +520,18 @@ mod tests {
             MountConfig::parse(["threads=0"]),
             Err(OptionError::BadValue { .. })
         ));
+        for bad in [
+            "depth=0",
+            "depth=1025",
+            "depth=x",
+            "threads=0",
+            "threads=17",
+        ] {
+            assert!(matches!(
+                MountConfig::parse([format!("uring_queue_{bad}").as_str()]),
+                Err(OptionError::BadValue { .. })
+            ));
+        }
         assert_eq!(
             MountConfig::parse(["cache_size"]).unwrap_err(),
             OptionError::MissingValue("cache_size".into())
