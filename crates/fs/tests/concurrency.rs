@@ -131,9 +131,11 @@ fn check_no_space(what: &str) {
         let stat = fs.statfs().expect("statfs");
         assert!(
             stat.blocks_free * 8 < stat.blocks,
-            "{what}: NoSpace with {} of {} blocks free",
+            "{what}: NoSpace with {} of {} blocks free\nallocator: {:?}\ndata: {:?}",
             stat.blocks_free,
-            stat.blocks
+            stat.blocks,
+            fs.stats().alloc,
+            fs.stats().data
         );
     });
 }
