@@ -171,6 +171,8 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
     let core = CoreSlot::new(open_filesystem(request, &device)?);
     let requests = Arc::new(RequestStats::default());
     let rings = prepare_rings(request);
+    // Resolved before the mount: afterwards the path's last step would wait for us.
+    let mountpoint = std::fs::canonicalize(&request.mountpoint);
     let started = start_session(request, &core, &requests, &device, &rings.offer());
     // Only the filesystem holds the device from here: unmounting it releases the device.
     drop(device);
@@ -197,6 +199,9 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
         threads = request.config.fuse.worker_threads,
         "cairn mounted"
     );
+    if let Ok(mountpoint) = mountpoint {
+        set_readahead(&mountpoint, request.config.fuse.readahead_bytes);
+    }
     spawn_signal_thread(signals, unmounter);
     let watchdog = crate::watchdog::Watchdog::spawn(Arc::clone(&requests));
     // Closing the pipe (dropping it here) is what lets the parent exit.
@@ -215,6 +220,18 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
         return Err(DaemonError::Fuse { path, source });
     }
     unmounted
+}
+
+/// Widens the mount's readahead window (see `readahead.rs`); without it (not root, no
+/// sysfs) the mount works with the kernel's 128 KiB, only slower on sequential reads.
+fn set_readahead(mountpoint: &Path, bytes: u64) {
+    if bytes == 0 {
+        return;
+    }
+    match crate::readahead::set(mountpoint, bytes) {
+        Ok(()) => tracing::debug!(bytes, "readahead window set"),
+        Err(error) => tracing::info!(%error, "readahead window left at the kernel's default"),
+    }
 }
 
 /// Opens the image or device exclusively (read-only for a read-only mount).
