@@ -12,10 +12,13 @@ pub const BUFFER_ALIGN: usize = 4096;
 /// A zero-initialised byte buffer whose address is `BUFFER_ALIGN`-aligned.
 ///
 /// The length is whatever the caller asked for; the device checks that it is a multiple of its
-/// sector size before any transfer.
+/// sector size before any transfer. `set_len` changes it within the allocation (`capacity`),
+/// so one buffer can serve transfers of many sizes without being allocated and zeroed again.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
+    /// Bytes allocated (and zeroed) at `ptr`; `len` never exceeds it.
+    capacity: usize,
 }
 
 // SAFETY: the buffer uniquely owns its allocation, like a `Vec<u8>`.
@@ -30,13 +33,18 @@ impl AlignedBuf {
             return Self {
                 ptr: Self::dangling(),
                 len: 0,
+                capacity: 0,
             };
         }
         let layout = Self::layout(len);
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         match NonNull::new(raw) {
-            Some(ptr) => Self { ptr, len },
+            Some(ptr) => Self {
+                ptr,
+                len,
+                capacity: len,
+            },
             None => alloc::handle_alloc_error(layout),
         }
     }
@@ -56,6 +64,22 @@ impl AlignedBuf {
         self.len == 0
     }
 
+    /// Bytes allocated: the largest length `set_len` accepts.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Makes the buffer `len` bytes long within its allocation; returns false (and changes
+    /// nothing) when `len` exceeds `capacity`. Bytes that come back into view hold whatever
+    /// they held before (zeros, or earlier contents): callers overwrite what they use.
+    pub fn set_len(&mut self, len: usize) -> bool {
+        if len > self.capacity {
+            return false;
+        }
+        self.len = len;
+        true
+    }
+
     fn layout(len: usize) -> Layout {
         match Layout::from_size_align(len, BUFFER_ALIGN) {
             Ok(layout) => layout,
@@ -72,9 +96,9 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        if self.len != 0 {
+        if self.capacity != 0 {
             // SAFETY: allocated in `zeroed` with exactly this layout.
-            unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) };
+            unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.capacity)) };
         }
     }
 }
@@ -82,7 +106,8 @@ impl Drop for AlignedBuf {
 impl Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: `ptr` is valid for `len` initialised bytes (zeroed at allocation).
+        // SAFETY: `ptr` is valid for `capacity >= len` initialised bytes (zeroed at
+        // allocation).
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
@@ -119,6 +144,20 @@ impl fmt::Debug for AlignedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // A shorter length keeps the allocation and its bytes; a longer one than allocated is
+    // refused.
+    #[test]
+    fn set_len_stays_within_the_allocation() {
+        let mut buf = AlignedBuf::zeroed(8192);
+        buf[4095] = 7;
+        assert!(buf.set_len(4096));
+        assert_eq!((buf.len(), buf.capacity(), buf[4095]), (4096, 8192, 7));
+        assert!(!buf.set_len(8193));
+        assert!(buf.set_len(8192));
+        assert_eq!(buf[4095], 7);
+        assert!(buf.set_len(0) && buf.is_empty());
+    }
 
     // Checks that every buffer is aligned and zeroed, including the empty one.
     #[test]

@@ -13,6 +13,21 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     /// Write all of `buf` to the device starting at byte `offset`.
     fn write_at(&self, offset: u64, buf: &AlignedBuf) -> Result<(), DeviceError>;
 
+    /// Fill `buf`, any memory, from the device starting at byte `offset`: part of a larger
+    /// buffer, so one transfer buffer can hold several device reads. The default reads
+    /// through an aligned bounce buffer (`bounce_read`); devices that can transfer into
+    /// suitably aligned memory directly override it.
+    fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        bounce_read(self, offset, buf)
+    }
+
+    /// Write all of `buf`, any memory, to the device starting at byte `offset`. The default
+    /// copies it into an aligned buffer; devices that can transfer from suitably aligned
+    /// memory directly override it.
+    fn write_from(&self, offset: u64, buf: &[u8]) -> Result<(), DeviceError> {
+        self.write_at(offset, &AlignedBuf::from_slice(buf))
+    }
+
     /// Durability barrier: every write that completed before this call is stable after it.
     fn flush(&self) -> Result<(), DeviceError>;
 
@@ -45,6 +60,18 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         write_zero_buffers(self, offset, len)
     }
+}
+
+/// `read_into` through an aligned buffer of `buf`'s length, then a copy.
+pub fn bounce_read<D: BlockDevice + ?Sized>(
+    device: &D,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<(), DeviceError> {
+    let mut bounce = AlignedBuf::zeroed(buf.len());
+    device.read_at(offset, &mut bounce)?;
+    buf.copy_from_slice(&bounce);
+    Ok(())
 }
 
 /// Largest single write `write_zero_buffers` issues.

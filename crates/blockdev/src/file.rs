@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use crate::claim::{self, Claim, LockError};
 use crate::mem::check_geometry;
 use crate::{
-    AlignedBuf, BUFFER_ALIGN, BlockDevice, DeviceError, check_transfer, sys, write_zero_buffers,
+    AlignedBuf, BUFFER_ALIGN, BlockDevice, DeviceError, bounce_read, check_transfer, sys,
+    write_zero_buffers,
 };
 
 /// Logical sector size of an image file unless the options say otherwise.
@@ -383,6 +384,15 @@ impl std::os::fd::AsFd for FileDevice {
 
 impl BlockDevice for FileDevice {
     fn read_at(&self, offset: u64, buf: &mut AlignedBuf) -> Result<(), DeviceError> {
+        self.read_into(offset, buf)
+    }
+
+    /// Straight into `buf` when its address suits `O_DIRECT` (aligned to `BUFFER_ALIGN`),
+    /// else through a bounce buffer.
+    fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        if !(buf.as_ptr() as usize).is_multiple_of(BUFFER_ALIGN) {
+            return bounce_read(self, offset, buf);
+        }
         let len = buf.len();
         check_transfer(
             offset,
@@ -390,7 +400,6 @@ impl BlockDevice for FileDevice {
             self.logical_sector_size,
             self.size_bytes(),
         )?;
-        debug_assert_eq!(buf.as_ptr() as usize % BUFFER_ALIGN, 0);
         let file = &self.file;
         transfer_all("read", offset, len, self.resume_unit(), |done, at| {
             file.read_at(&mut buf[done..], at)
@@ -398,6 +407,14 @@ impl BlockDevice for FileDevice {
     }
 
     fn write_at(&self, offset: u64, buf: &AlignedBuf) -> Result<(), DeviceError> {
+        self.write_from(offset, buf)
+    }
+
+    /// Straight from `buf` when its address suits `O_DIRECT`, else through a copy.
+    fn write_from(&self, offset: u64, buf: &[u8]) -> Result<(), DeviceError> {
+        if !(buf.as_ptr() as usize).is_multiple_of(BUFFER_ALIGN) {
+            return self.write_at(offset, &AlignedBuf::from_slice(buf));
+        }
         let len = buf.len();
         check_transfer(
             offset,

@@ -37,7 +37,7 @@ mod sys;
 
 pub use aligned::{AlignedBuf, BUFFER_ALIGN};
 pub use crash::{CrashPoint, LogOp, TornWrite, WriteExtent};
-pub use device::{BlockDevice, check_transfer, write_zero_buffers};
+pub use device::{BlockDevice, bounce_read, check_transfer, write_zero_buffers};
 pub use error::DeviceError;
 pub use fault::MemStats;
 pub use file::{

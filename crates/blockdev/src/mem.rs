@@ -272,6 +272,10 @@ impl MemDevice {
 
 impl BlockDevice for MemDevice {
     fn read_at(&self, offset: u64, buf: &mut AlignedBuf) -> Result<(), DeviceError> {
+        self.read_into(offset, buf)
+    }
+
+    fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
         let len = buf.len() as u64;
         check_transfer(offset, len, self.sector_size, self.size_bytes)?;
         let mut state = self.state.lock();
@@ -283,6 +287,10 @@ impl BlockDevice for MemDevice {
     }
 
     fn write_at(&self, offset: u64, buf: &AlignedBuf) -> Result<(), DeviceError> {
+        self.write_from(offset, buf)
+    }
+
+    fn write_from(&self, offset: u64, buf: &[u8]) -> Result<(), DeviceError> {
         check_transfer(offset, buf.len() as u64, self.sector_size, self.size_bytes)?;
         let mut state = self.state.lock();
         Self::check_writable(&state, "write")?;

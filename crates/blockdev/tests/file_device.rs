@@ -40,6 +40,31 @@ fn create(path: &Path, size: u64) -> FileDevice {
     FileDevice::open(path, &OpenOptions::new().create_size(size)).unwrap()
 }
 
+// `read_into` and `write_from` move data to and from any memory: part of a larger aligned
+// buffer (straight through O_DIRECT) and unaligned slices (through a bounce buffer), on the
+// file device and the memory device alike; misaligned device offsets are still refused.
+#[test]
+fn slices_in_and_out_aligned_or_not() {
+    let dir = temp_dir();
+    let file = create(&dir.path().join("image"), 4 * MIB);
+    let mem = cairn_blockdev::MemDevice::new(4 * MIB, 4096);
+    let devices: [&dyn BlockDevice; 2] = [&file, &mem];
+    for device in devices {
+        let data = filled(3 * 4096 + 1, 7);
+        device.write_from(4096, &data[..8192]).unwrap();
+        device.write_from(3 * 4096, &data[1..4097]).unwrap();
+        let mut whole = AlignedBuf::zeroed(5 * 4096);
+        device.read_into(4096, &mut whole[4096..4 * 4096]).unwrap();
+        assert_eq!(&whole[4096..3 * 4096], &data[..8192]);
+        assert_eq!(&whole[3 * 4096..4 * 4096], &data[1..4097]);
+        let mut odd = vec![0u8; 4097];
+        device.read_into(3 * 4096, &mut odd[1..]).unwrap();
+        assert_eq!(&odd[1..], &data[1..4097]);
+        assert!(device.read_into(100, &mut whole[..4096]).is_err());
+        assert!(device.write_from(100, &data[..4096]).is_err());
+    }
+}
+
 // Checks write/read round trips at several offsets, and that data survives a reopen.
 #[test]
 fn round_trip_at_several_offsets() {

@@ -16,6 +16,8 @@ use cairn_journal::Reservation;
 use crate::bmap::{self, FileMap, Mapping, Placement};
 use crate::fs::Filesystem;
 use crate::inode::{Inode, InodeData, now};
+use crate::iobuf::{self, ReadData};
+use crate::prealloc::WritePlan;
 use crate::types::Credentials;
 use crate::{FsError, perm};
 
@@ -36,6 +38,12 @@ pub(crate) fn check_data_file(data: &InodeData) -> Result<(), FsError> {
 impl Filesystem {
     /// Reads up to `len` bytes at `offset`; short at end of file.
     pub fn read(&self, inode: u64, offset: u64, len: u32) -> Result<Vec<u8>, FsError> {
+        Ok(self.read_data(inode, offset, len)?.to_vec())
+    }
+
+    /// `read` without the copy: the bytes stay in the device buffer they were read into
+    /// (this thread's spare, see `iobuf`), which is what a FUSE reply sends from.
+    pub fn read_data(&self, inode: u64, offset: u64, len: u32) -> Result<ReadData, FsError> {
         let handle = self.live_inode(inode)?;
         let _io = handle.io.read();
         let (size, generation) = {
@@ -46,47 +54,50 @@ impl Filesystem {
         let end = size.min(offset.saturating_add(u64::from(len)));
         if offset >= end {
             self.accessed(inode, &handle);
-            return Ok(Vec::new());
+            return Ok(ReadData::empty());
         }
         Self::count(&self.counters.reads, 1);
         Self::count(&self.counters.read_bytes, end - offset);
-        let mut out = vec![0u8; (end - offset) as usize];
+        let block_size = u64::from(self.geometry.block_size);
+        let first = offset / block_size;
+        let mut buf = iobuf::take(((end.div_ceil(block_size) - first) * block_size) as usize);
         let extents = self.data_cache.inode(inode, generation);
-        self.read_range(&handle, &extents, offset, &mut out)?;
+        if let Err(error) = self.read_blocks(&handle, &extents, first, &mut buf) {
+            iobuf::give_back(buf);
+            return Err(error);
+        }
         self.accessed(inode, &handle);
-        Ok(out)
+        let start = (offset - first * block_size) as usize;
+        Ok(ReadData::new(buf, start, (end - offset) as usize))
     }
 
-    /// Fills `out` with the file bytes at `offset` (zeros for holes and unwritten extents).
-    fn read_range(
+    /// Fills `buf` with the file's blocks from `first` on: one device read per mapped run,
+    /// straight into its place in `buf`, zeros for holes and unwritten extents (`buf` may
+    /// hold an earlier transfer's bytes, so every byte is written).
+    fn read_blocks(
         &self,
         handle: &Inode,
         extents: &InodeExtents,
-        offset: u64,
-        out: &mut [u8],
+        first: u64,
+        buf: &mut [u8],
     ) -> Result<(), FsError> {
         let block_size = u64::from(self.geometry.block_size);
-        let end = offset + out.len() as u64;
-        let mut block = offset / block_size;
-        while block < end.div_ceil(block_size) {
-            let run = match self.map_block(handle, extents, block)? {
-                Mapping::Hole { length } => {
-                    block = block.saturating_add(length);
-                    continue;
-                }
-                Mapping::Mapped(extent) => extent,
+        let last = first + buf.len() as u64 / block_size;
+        let mut block = first;
+        while block < last {
+            let (run_end, physical) = match self.map_block(handle, extents, block)? {
+                Mapping::Hole { length } => (block.saturating_add(length).min(last), None),
+                Mapping::Mapped(run) if run.unwritten => (run.file_end().min(last), None),
+                Mapping::Mapped(run) => (
+                    run.file_end().min(last),
+                    Some(run.fs_block.0 + (block - run.file_block)),
+                ),
             };
-            let run_end = run.file_end().min(end.div_ceil(block_size));
-            if !run.unwritten {
-                let physical = run.fs_block.0 + (block - run.file_block);
-                let mut buf = AlignedBuf::zeroed(((run_end - block) * block_size) as usize);
-                self.device.read_at(physical * block_size, &mut buf)?;
-                let from = (block * block_size).max(offset);
-                let to = (run_end * block_size).min(end);
-                let src = (from - block * block_size) as usize;
-                let dst = (from - offset) as usize;
-                let count = (to - from) as usize;
-                out[dst..dst + count].copy_from_slice(&buf[src..src + count]);
+            let at = ((block - first) * block_size) as usize;
+            let part = &mut buf[at..((run_end - first) * block_size) as usize];
+            match physical {
+                Some(physical) => self.device.read_into(physical * block_size, part)?,
+                None => part.fill(0),
             }
             block = run_end;
         }
@@ -145,24 +156,8 @@ impl Filesystem {
         let (first, last) = (offset / block_size, end.div_ceil(block_size));
         let plan = self.plan_write(inode, &handle.data.lock(), first, last, end)?;
         let blocks_before = handle.data.lock().core.block_count;
-        let needed_end = last.max(
-            plan.last
-                .min(last.next_multiple_of(plan.alignment_blocks())),
-        );
-        let needed =
-            self.allocate_range(inode, &handle.data, plan.first, needed_end, plan.placement);
-        match needed {
-            Err(FsError::NoSpace) if self.reclaim_speculative(inode)? > 0 => {
-                self.allocate_range(inode, &handle.data, plan.first, needed_end, plan.placement)?;
-            }
-            other => other?,
-        }
-        if plan.last > needed_end {
-            // Speculative blocks are a bonus: a full filesystem must not fail the write.
-            match self.allocate_range(inode, &handle.data, needed_end, plan.last, plan.placement) {
-                Ok(()) | Err(FsError::NoSpace) => {}
-                Err(error) => return Err(error),
-            }
+        if plan.needs_blocks {
+            self.allocate_for_write(inode, &handle, &plan, last)?;
         }
         let generation = handle.data.lock().core.generation;
         let extents = self.data_cache.inode(inode, generation);
@@ -177,6 +172,37 @@ impl Filesystem {
         self.commit_written(&handle, (first, last), end, clear_set_id_for)?;
         Self::count(&self.counters.write_bytes, data.len() as u64);
         Ok(data.len() as u32)
+    }
+
+    /// Maps the holes among the blocks `plan` covers for a write ending at file block
+    /// `last`: what the write needs (giving back speculative blocks if the filesystem is
+    /// full), then the speculative rest, which a full filesystem may refuse.
+    fn allocate_for_write(
+        &self,
+        inode: u64,
+        handle: &Inode,
+        plan: &WritePlan,
+        last: u64,
+    ) -> Result<(), FsError> {
+        let needed_end = last.max(
+            plan.last
+                .min(last.next_multiple_of(plan.alignment_blocks())),
+        );
+        let needed =
+            self.allocate_range(inode, &handle.data, plan.first, needed_end, plan.placement);
+        match needed {
+            Err(FsError::NoSpace) if self.reclaim_speculative(inode)? > 0 => {
+                self.allocate_range(inode, &handle.data, plan.first, needed_end, plan.placement)?;
+            }
+            other => other?,
+        }
+        if plan.last > needed_end {
+            match self.allocate_range(inode, &handle.data, needed_end, plan.last, plan.placement) {
+                Ok(()) | Err(FsError::NoSpace) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
     }
 
     /// The second transaction of a write: file blocks `blocks` become written, the size
@@ -274,21 +300,62 @@ impl Filesystem {
             };
             let run_end = run.file_end().min(end.div_ceil(block_size));
             let physical = run.fs_block.0 + (block - run.file_block);
-            let mut buf = AlignedBuf::zeroed(((run_end - block) * block_size) as usize);
             let from = (block * block_size).max(offset);
             let to = (run_end * block_size).min(end);
-            let partial_head = !from.is_multiple_of(block_size);
-            let partial_tail = !to.is_multiple_of(block_size);
-            if !run.unwritten && (partial_head || partial_tail) {
-                self.device.read_at(physical * block_size, &mut buf)?;
+            let (at, src) = (
+                (from - block * block_size) as usize,
+                (from - offset) as usize,
+            );
+            let part = &data[src..src + (to - from) as usize];
+            if at == 0 && to.is_multiple_of(block_size) {
+                // Whole blocks: straight from the caller's memory (FUSE write data is
+                // page-aligned, see vendor/fuser/CAIRN-PATCH.md), copied only if unaligned.
+                self.device.write_from(physical * block_size, part)?;
+                block = run_end;
+                continue;
             }
-            let at = (from - block * block_size) as usize;
-            let src = (from - offset) as usize;
-            let count = (to - from) as usize;
-            buf[at..at + count].copy_from_slice(&data[src..src + count]);
-            self.device.write_at(physical * block_size, &buf)?;
+            let mut buf = iobuf::take(((run_end - block) * block_size) as usize);
+            let written = self.fill_run(&mut buf, (physical, run.unwritten), at, part);
+            let written = written.and_then(|()| {
+                self.device
+                    .write_at(physical * block_size, &buf)
+                    .map_err(FsError::from)
+            });
+            iobuf::give_back(buf);
+            written?;
             block = run_end;
         }
+        Ok(())
+    }
+
+    /// Fills `buf`, blocks of an extent from device block `physical` on, with `data` at byte
+    /// `at` of `buf`; the rest of a partly covered first or last block is read from the
+    /// device (a written extent) or zeroed (unwritten). `buf` may hold an earlier transfer's
+    /// bytes, so every byte of it is written.
+    fn fill_run(
+        &self,
+        buf: &mut [u8],
+        (physical, unwritten): (u64, bool),
+        at: usize,
+        data: &[u8],
+    ) -> Result<(), FsError> {
+        let block_size = self.geometry.block_size as usize;
+        let blocks = buf.len() / block_size;
+        let covered = at + data.len();
+        let head = (at > 0 || covered < block_size).then_some(0);
+        let tail = (blocks > 1 && covered < buf.len()).then_some(blocks - 1);
+        for index in head.into_iter().chain(tail) {
+            let part = &mut buf[index * block_size..(index + 1) * block_size];
+            match unwritten {
+                true => part.fill(0),
+                false => {
+                    let device_block = physical + index as u64;
+                    self.device
+                        .read_into(device_block * block_size as u64, part)?;
+                }
+            }
+        }
+        buf[at..covered].copy_from_slice(data);
         Ok(())
     }
 

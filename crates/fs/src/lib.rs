@@ -35,6 +35,7 @@ mod glue;
 mod grow;
 mod ialloc;
 mod inode;
+mod iobuf;
 mod namei;
 mod perm;
 mod prealloc;
@@ -55,6 +56,7 @@ pub use discard::TrimReport;
 pub use error::FsError;
 pub use fs::Filesystem;
 pub use grow::{GrowReport, HeldInode, grown_geometry};
+pub use iobuf::ReadData;
 pub use prealloc::BackgroundScan;
 pub use seek::FileExtent;
 pub use types::{

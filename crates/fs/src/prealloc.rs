@@ -98,6 +98,9 @@ pub(crate) struct WritePlan {
     pub placement: Placement,
     /// End of the speculative range, when the plan reaches past the write.
     pub speculative_end: Option<u64>,
+    /// Whether the written blocks have a hole; if not, the write allocates nothing (it
+    /// lands in blocks an earlier write or preallocation mapped).
+    pub needs_blocks: bool,
 }
 
 impl WritePlan {
@@ -123,6 +126,7 @@ impl Filesystem {
             last,
             placement: Placement::near(true),
             speculative_end: None,
+            needs_blocks: true,
         };
         plan.placement.exact_first = true;
         if hint > 1 {
@@ -133,6 +137,7 @@ impl Filesystem {
         }
         let map = FileMap::read(self, inode, meta)?;
         let needs_blocks = has_hole(&map, first, last);
+        plan.needs_blocks = needs_blocks;
         let extending = end > meta.core.size;
         let speculative = self.speculative_blocks(meta.core.size);
         if needs_blocks && extending && speculative > 0 {

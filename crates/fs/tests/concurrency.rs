@@ -116,6 +116,30 @@ const KINDS: [&str; 14] = [
     "setxattr", "fsync", "open", "read", "readdir",
 ];
 
+thread_local! {
+    /// The filesystem this thread's operations run on, for judging a `NoSpace`.
+    static WORKING_ON: std::cell::RefCell<Option<Arc<Filesystem>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A `NoSpace` is expected only when the filesystem is nearly full (less than an eighth of
+/// its blocks free: large writes and preallocation of many files can fill it in a long
+/// run); with more free it is a bug, and the free count is in the failure.
+fn check_no_space(what: &str) {
+    WORKING_ON.with_borrow(|fs| {
+        let fs = fs.as_ref().expect("the worker set its filesystem");
+        let stat = fs.statfs().expect("statfs");
+        assert!(
+            stat.blocks_free * 8 < stat.blocks,
+            "{what}: NoSpace with {} of {} blocks free\nallocator: {:?}\ndata: {:?}",
+            stat.blocks_free,
+            stat.blocks,
+            fs.stats().alloc,
+            fs.stats().data
+        );
+    });
+}
+
 /// Errors a racing operation may meet; anything else (corruption, I/O, shutdown) fails.
 fn expected(result: Result<(), FsError>, what: &str) {
     if result.is_ok()
@@ -134,6 +158,7 @@ fn expected(result: Result<(), FsError>, what: &str) {
         | Err(FsError::InvalidArgument(_))
         | Err(FsError::TooManyLinks)
         | Err(FsError::NoData) => {}
+        Err(FsError::NoSpace) => check_no_space(what),
         Err(error) => panic!("{what}: unexpected {error:?}"),
     }
 }
@@ -320,6 +345,7 @@ fn stress(threads: u64, secs: u64, seed: u64) {
             std::thread::spawn(move || {
                 let rng = Rng(seed ^ (t + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
                 let who = root();
+                WORKING_ON.set(Some(Arc::clone(&fs)));
                 let mut worker = Worker {
                     fs,
                     rng,

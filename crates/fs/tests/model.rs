@@ -52,6 +52,13 @@ enum Op {
         file: usize,
         size: u64,
     },
+    /// A read of any range, checked at once: reads reuse one device buffer per thread,
+    /// so a byte the read did not fill would show an earlier transfer's data.
+    Read {
+        file: usize,
+        offset: u64,
+        len: u32,
+    },
     Link {
         file: usize,
         dir: usize,
@@ -100,6 +107,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<usize>(), 0..12u64, 0..4096u64, 1..6000usize, any::<u8>())
             .prop_map(|(file, block, skip, len, byte)| Op::Write { file, block, skip, len, byte }),
         1 => (any::<usize>(), 0..60_000u64).prop_map(|(file, size)| Op::Truncate { file, size }),
+        2 => (any::<usize>(), 0..60_000u64, 1..70_000u32)
+            .prop_map(|(file, offset, len)| Op::Read { file, offset, len }),
         1 => (any::<usize>(), any::<usize>(), name.clone())
             .prop_map(|(file, dir, name)| Op::Link { file, dir, name }),
         2 => (any::<usize>(), name.clone()).prop_map(|(dir, name)| Op::Unlink { dir, name }),
@@ -224,7 +233,7 @@ fn step(fs: &Filesystem, model: &mut Model, op: &Op) {
                 fs.fsync(file, false).unwrap();
             }
         }
-        Op::Fallocate { .. } | Op::SetXattr { .. } | Op::RemoveXattr { .. } => {
+        Op::Fallocate { .. } | Op::SetXattr { .. } | Op::RemoveXattr { .. } | Op::Read { .. } => {
             step_more(fs, model, op)
         }
         Op::Remount => unreachable!("handled by the runner"),
@@ -271,6 +280,18 @@ fn step_more(fs: &Filesystem, model: &mut Model, op: &Op) {
             let real = fs.removexattr(inode, XATTR_NAMES[name], &root());
             let expected = model.removexattr(inode, XATTR_NAMES[name]);
             assert_eq!(Outcome::of(&real), expected, "{op:?}");
+        }
+        Op::Read { file, offset, len } => {
+            let Some(file) = pick(&model.files(), file) else {
+                return;
+            };
+            let Some(Node::File { data, .. }) = model.nodes.get(&file) else {
+                return;
+            };
+            let from = (offset as usize).min(data.len());
+            let to = (from + len as usize).min(data.len());
+            let real = fs.read_data(file, offset, len).unwrap();
+            assert!(real[..] == data[from..to], "{op:?}");
         }
         _ => unreachable!("handled by step"),
     }

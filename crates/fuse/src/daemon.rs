@@ -13,7 +13,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use cairn_blockdev::{BlockDevice, DeviceError, FileDevice, OpenOptions};
 use cairn_fs::{Filesystem, FsError};
@@ -25,6 +25,7 @@ use crate::core::{CoreSlot, Unmounted};
 use crate::logging::{self, LogTarget};
 use crate::options::{BlkdevMode, MountConfig};
 use crate::stats::RequestStats;
+use crate::uring::{RingOffer, Rings, Transport};
 
 /// What to mount where.
 #[derive(Debug, Clone)]
@@ -169,7 +170,10 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
     let device = open_device(request)?;
     let core = CoreSlot::new(open_filesystem(request, &device)?);
     let requests = Arc::new(RequestStats::default());
-    let started = start_session(request, &core, &requests, &device);
+    let rings = prepare_rings(request);
+    // Resolved before the mount: afterwards the path's last step would wait for us.
+    let mountpoint = std::fs::canonicalize(&request.mountpoint);
+    let started = start_session(request, &core, &requests, &device, &rings.offer());
     // Only the filesystem holds the device from here: unmounting it releases the device.
     drop(device);
     let (session, unmounter) = match started {
@@ -179,6 +183,15 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
             return Err(error);
         }
     };
+    let transport = match start_transport(request, rings, &session, &core, &requests) {
+        Ok(transport) => transport,
+        Err(error) => {
+            drop(session);
+            let _ = finish(&core);
+            return Err(error);
+        }
+    };
+    requests.set_transport(transport.status());
     tracing::info!(
         device = %request.device.display(),
         mountpoint = %request.mountpoint.display(),
@@ -186,6 +199,9 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
         threads = request.config.fuse.worker_threads,
         "cairn mounted"
     );
+    if let Ok(mountpoint) = mountpoint {
+        set_readahead(&mountpoint, request.config.fuse.readahead_bytes);
+    }
     spawn_signal_thread(signals, unmounter);
     let watchdog = crate::watchdog::Watchdog::spawn(Arc::clone(&requests));
     // Closing the pipe (dropping it here) is what lets the parent exit.
@@ -195,6 +211,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
         detach_stdio();
     }
     let served = session.run();
+    transport.finish();
     drop(watchdog);
     tracing::info!(mountpoint = %request.mountpoint.display(), "FUSE session ended");
     let unmounted = finish(&core);
@@ -203,6 +220,18 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
         return Err(DaemonError::Fuse { path, source });
     }
     unmounted
+}
+
+/// Widens the mount's readahead window (see `readahead.rs`); without it (not root, no
+/// sysfs) the mount works with the kernel's 128 KiB, only slower on sequential reads.
+fn set_readahead(mountpoint: &Path, bytes: u64) {
+    if bytes == 0 {
+        return;
+    }
+    match crate::readahead::set(mountpoint, bytes) {
+        Ok(()) => tracing::debug!(bytes, "readahead window set"),
+        Err(error) => tracing::info!(%error, "readahead window left at the kernel's default"),
+    }
 }
 
 /// Opens the image or device exclusively (read-only for a read-only mount).
@@ -239,6 +268,37 @@ fn open_filesystem(
     Ok(fs)
 }
 
+/// The io_uring rings (`-o uring`, or `-o uring=auto` where the kernel offers the ring),
+/// set up before the handshake, which asks for the ring only if they are ready.
+fn prepare_rings(request: &MountRequest) -> Rings<CairnFs> {
+    let settings = &request.config.fuse;
+    Rings::for_mode(
+        settings.uring,
+        settings.uring_queue_depth,
+        settings.uring_queue_threads,
+        settings.max_write_bytes,
+    )
+}
+
+/// Starts serving over the rings if the handshake negotiated them (else says why, once,
+/// where they were asked for or prepared): requests then go through a second front end
+/// on the same core, with the session's decoding and access rules.
+fn start_transport(
+    request: &MountRequest,
+    rings: Rings<CairnFs>,
+    session: &Session<CairnFs>,
+    core: &Arc<CoreSlot>,
+    requests: &Arc<RequestStats>,
+) -> Result<Transport, DaemonError> {
+    let settings = request.config.fuse.clone();
+    let mode = settings.uring;
+    let read_only = request.config.fs.read_only;
+    let adapter = CairnFs::new(Arc::clone(core), Arc::clone(requests), settings, read_only)
+        .map_err(DaemonError::Unmount)?;
+    let fuse_fd = session.as_fd().as_raw_fd();
+    Ok(rings.start(fuse_fd, session.dispatcher(adapter), mode))
+}
+
 /// Mounts through FUSE and completes the handshake: as `fuseblk` over a loop device where
 /// the options and the system allow (see `blkmount`), else as a plain `fuse` mount.
 fn start_session(
@@ -246,11 +306,13 @@ fn start_session(
     core: &Arc<CoreSlot>,
     requests: &Arc<RequestStats>,
     device: &Arc<FileDevice>,
+    ring: &Arc<RingOffer>,
 ) -> Result<(Session<CairnFs>, Unmounter), DaemonError> {
     let settings = &request.config.fuse;
     let adapter = || {
         let (settings, read_only) = (settings.clone(), request.config.fs.read_only);
         CairnFs::new(Arc::clone(core), Arc::clone(requests), settings, read_only)
+            .map(|adapter| adapter.with_ring(Arc::clone(ring)))
             .map_err(DaemonError::Unmount)
     };
     // SAFETY: geteuid has no preconditions.

@@ -27,7 +27,9 @@ pub mod errno;
 pub mod logging;
 pub mod man;
 pub mod options;
+pub mod readahead;
 pub mod stats;
+pub mod uring;
 pub mod watchdog;
 
 pub use adapter::CairnFs;

@@ -16,6 +16,11 @@ pub const THREADS_MAX: usize = 64;
 pub const MAX_WRITE_DEFAULT_BYTES: u32 = 1 << 20;
 /// Largest `max_write` accepted (fuser's request buffer limit).
 pub const MAX_WRITE_MAX_BYTES: u32 = 16 << 20;
+/// Default readahead window of the mount (the kernel gives FUSE mounts 128 KiB; XFS on a
+/// loop device reads ahead 2.5 MiB). See `readahead.rs`.
+pub const READAHEAD_DEFAULT_BYTES: u64 = 4 << 20;
+/// Largest readahead window accepted.
+pub const READAHEAD_MAX_BYTES: u64 = 256 << 20;
 /// Default attribute and entry timeout. The daemon is the only writer of the device, and
 /// the kernel invalidates what its own requests change, so a long timeout is safe.
 pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
@@ -55,11 +60,20 @@ pub struct FuseSettings {
     pub clone_fd: bool,
     pub writeback_cache: bool,
     pub max_write_bytes: u32,
+    /// Readahead window set on the mount after the handshake; 0 keeps the kernel's.
+    pub readahead_bytes: u64,
     pub attr_timeout: Duration,
     pub entry_timeout: Duration,
     /// Kernel mount flags passed through: nodev, nosuid, noexec, sync, dirsync.
     pub kernel_flags: KernelFlags,
     pub fsname: Option<String>,
+    /// Serve requests over io_uring: asked for (`-o uring`), where the kernel offers it
+    /// (`-o uring=auto`), or never (`-o nouring`, the default).
+    pub uring: crate::uring::UringMode,
+    /// Ring entries per queue worker (`uring_queue_depth=`).
+    pub uring_queue_depth: u32,
+    /// Worker threads (each with its own ring) per queue (`uring_queue_threads=`).
+    pub uring_queue_threads: u16,
 }
 
 /// The generic mount flags the kernel applies. Each pair is decided by the last option
@@ -118,10 +132,14 @@ impl Default for MountConfig {
                 clone_fd: true,
                 writeback_cache: true,
                 max_write_bytes: MAX_WRITE_DEFAULT_BYTES,
+                readahead_bytes: READAHEAD_DEFAULT_BYTES,
                 attr_timeout: TIMEOUT_DEFAULT,
                 entry_timeout: TIMEOUT_DEFAULT,
                 kernel_flags: KernelFlags::default(),
                 fsname: None,
+                uring: crate::uring::UringMode::default(),
+                uring_queue_depth: crate::uring::QUEUE_DEPTH_DEFAULT,
+                uring_queue_threads: crate::uring::QUEUE_THREADS_DEFAULT,
             },
             log_file: None,
         }
@@ -147,16 +165,20 @@ const IGNORED: [&str; 14] = [
 ];
 
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 9] = [
+const VALUE_OPTIONS: [&str; 13] = [
     "logmode",
     "cache_size",
     "allocsize",
     "threads",
     "max_write",
+    "readahead",
     "attr_timeout",
     "entry_timeout",
     "logfile",
     "fsname",
+    "uring",
+    "uring_queue_depth",
+    "uring_queue_threads",
 ];
 
 impl MountConfig {
@@ -220,6 +242,8 @@ impl MountConfig {
             "exec" | "noexec" => fuse.kernel_flags.exec = Some(name == "exec"),
             "sync" | "async" => fuse.kernel_flags.sync = Some(name == "sync"),
             "dirsync" => fuse.kernel_flags.dirsync = true,
+            "uring" => fuse.uring = crate::uring::UringMode::On,
+            "nouring" => fuse.uring = crate::uring::UringMode::Off,
             _ if IGNORED.contains(&name) || name.starts_with("x-") => {}
             _ => return Ok(false),
         }
@@ -237,10 +261,18 @@ impl MountConfig {
             "allocsize" => self.fs.alloc_size = Some(parse_alloc_size(value).map_err(bad)?),
             "threads" => self.fuse.worker_threads = parse_threads(value).map_err(bad)?,
             "max_write" => self.fuse.max_write_bytes = parse_max_write(value).map_err(bad)?,
+            "readahead" => self.fuse.readahead_bytes = parse_readahead(value).map_err(bad)?,
             "attr_timeout" => self.fuse.attr_timeout = parse_seconds(value).map_err(bad)?,
             "entry_timeout" => self.fuse.entry_timeout = parse_seconds(value).map_err(bad)?,
             "logfile" => self.log_file = Some(PathBuf::from(value)),
             "fsname" => self.fuse.fsname = Some(value.to_string()),
+            "uring" => self.fuse.uring = parse_uring_mode(value).map_err(bad)?,
+            "uring_queue_depth" => {
+                self.fuse.uring_queue_depth = parse_queue_depth(value).map_err(bad)?;
+            }
+            "uring_queue_threads" => {
+                self.fuse.uring_queue_threads = parse_queue_threads(value).map_err(bad)?;
+            }
             // mount(8) passes these through; they mean nothing here.
             "comment" | "subtype" | "context" | "fscontext" | "rootcontext" => {}
             _ if name.starts_with("x-") => {}
@@ -275,11 +307,44 @@ fn parse_threads(value: &str) -> Result<usize, String> {
     }
 }
 
+fn parse_uring_mode(value: &str) -> Result<crate::uring::UringMode, String> {
+    use crate::uring::UringMode;
+    match value {
+        "auto" => Ok(UringMode::Auto),
+        "on" => Ok(UringMode::On),
+        "off" => Ok(UringMode::Off),
+        _ => Err(format!("'{value}' is not auto, on or off")),
+    }
+}
+
+fn parse_queue_depth(value: &str) -> Result<u32, String> {
+    let most = crate::uring::QUEUE_DEPTH_MAX;
+    match value.parse::<u32>() {
+        Ok(depth) if (1..=most).contains(&depth) => Ok(depth),
+        _ => Err(format!("'{value}' is not a queue depth (1 to {most})")),
+    }
+}
+
+fn parse_queue_threads(value: &str) -> Result<u16, String> {
+    let most = crate::uring::QUEUE_THREADS_MAX;
+    match value.parse::<u16>() {
+        Ok(threads) if (1..=most).contains(&threads) => Ok(threads),
+        _ => Err(format!("'{value}' is not a thread count (1 to {most})")),
+    }
+}
+
 fn parse_max_write(value: &str) -> Result<u32, String> {
     let bytes = parse_size(value)?;
     match u32::try_from(bytes) {
         Ok(bytes) if (4096..=MAX_WRITE_MAX_BYTES).contains(&bytes) => Ok(bytes),
         _ => Err(format!("'{value}' is not between 4K and 16M")),
+    }
+}
+
+fn parse_readahead(value: &str) -> Result<u64, String> {
+    match parse_size(value)? {
+        bytes if bytes <= READAHEAD_MAX_BYTES => Ok(bytes),
+        _ => Err(format!("'{value}' is more than 256M")),
     }
 }
 
@@ -332,8 +397,27 @@ pub const OPTION_HELP: &[(&str, &str)] = &[
     ("no_writeback_cache", "disable the kernel writeback cache"),
     ("max_write=SIZE", "largest write request (default 1M)"),
     (
+        "readahead=SIZE",
+        "kernel readahead window of the mount (default 4M; 0: the kernel's 128K; root only)",
+    ),
+    (
         "attr_timeout=SECS / entry_timeout=SECS",
         "kernel caching of attributes, names (10)",
+    ),
+    (
+        "uring / uring=auto / nouring",
+        "serve requests over io_uring (FUSE_OVER_IO_URING, Linux 6.14+ with the fuse \
+         module's enable_uring on), one queue per CPU: uring falls back to /dev/fuse \
+         saying why in the log; uring=auto uses the ring where the kernel offers it, \
+         silently /dev/fuse otherwise; nouring reads /dev/fuse only (default nouring)",
+    ),
+    (
+        "uring_queue_depth=N",
+        "ring entries per queue worker, each with a max_write payload buffer (default 8)",
+    ),
+    (
+        "uring_queue_threads=N",
+        "worker threads per queue, each with its own ring (default 2)",
     ),
     ("logfile=PATH", "background log to PATH instead of syslog"),
     (
@@ -379,6 +463,7 @@ mod tests {
         let config = MountConfig::parse([
             "ro,logmode=sync,cache_size=64M,allocsize=1M,noatime",
             "allow_other,threads=2,max_write=512K,attr_timeout=0.5,nodev,defaults,x-systemd.foo",
+            "readahead=8M",
         ])
         .unwrap();
         assert!(config.fs.read_only);
@@ -389,6 +474,8 @@ mod tests {
         assert!(config.fuse.allow_other);
         assert_eq!(config.fuse.worker_threads, 2);
         assert_eq!(config.fuse.max_write_bytes, 512 << 10);
+        assert_eq!(config.fuse.readahead_bytes, 8 << 20);
+        assert!(MountConfig::parse(["readahead=512M"]).is_err());
         assert_eq!(config.fuse.attr_timeout, Duration::from_millis(500));
         assert_eq!(
             config.fuse.kernel_flags.mount_options(),
@@ -399,6 +486,18 @@ mod tests {
         assert!(MountConfig::parse(["discard"]).unwrap().fs.discard);
         let never = MountConfig::parse(["noblkdev"]).unwrap();
         assert_eq!(never.fuse.blkdev, BlkdevMode::Never);
+        let ring = MountConfig::parse(["uring,uring_queue_depth=32,uring_queue_threads=2"]);
+        let ring = ring.unwrap();
+        assert_eq!(ring.fuse.uring, crate::uring::UringMode::On);
+        assert_eq!(ring.fuse.uring_queue_depth, 32);
+        assert_eq!(ring.fuse.uring_queue_threads, 2);
+        let off = MountConfig::parse(["uring,nouring"]).unwrap();
+        assert_eq!(off.fuse.uring, crate::uring::UringMode::Off);
+        let auto = MountConfig::parse(["uring=auto"]).unwrap();
+        assert_eq!(auto.fuse.uring, crate::uring::UringMode::Auto);
+        let default = MountConfig::parse([""]).unwrap();
+        assert_eq!(default.fuse.uring, crate::uring::UringMode::Off);
+        assert!(MountConfig::parse(["uring=sometimes"]).is_err());
         assert_eq!(
             MountConfig::parse(["blkdev"]).unwrap().fuse.blkdev,
             BlkdevMode::Always
@@ -445,6 +544,18 @@ mod tests {
             MountConfig::parse(["threads=0"]),
             Err(OptionError::BadValue { .. })
         ));
+        for bad in [
+            "depth=0",
+            "depth=1025",
+            "depth=x",
+            "threads=0",
+            "threads=17",
+        ] {
+            assert!(matches!(
+                MountConfig::parse([format!("uring_queue_{bad}").as_str()]),
+                Err(OptionError::BadValue { .. })
+            ));
+        }
         assert_eq!(
             MountConfig::parse(["cache_size"]).unwrap_err(),
             OptionError::MissingValue("cache_size".into())
@@ -461,6 +572,7 @@ mod tests {
         assert!(config.fuse.writeback_cache);
         assert!(config.fuse.clone_fd);
         assert_eq!(config.fuse.max_write_bytes, MAX_WRITE_DEFAULT_BYTES);
+        assert_eq!(config.fuse.readahead_bytes, READAHEAD_DEFAULT_BYTES);
         assert!((1..=THREADS_DEFAULT_MAX).contains(&config.fuse.worker_threads));
     }
 }

@@ -175,6 +175,8 @@ pub struct RequestStats {
     slots: [OpSlot; OP_COUNT],
     flights: [FlightSlot; FLIGHT_SLOTS],
     started: Instant,
+    /// Which transport serves the mount, once the session is up.
+    transport: std::sync::OnceLock<std::sync::Arc<crate::uring::TransportStatus>>,
 }
 
 impl Default for RequestStats {
@@ -183,6 +185,7 @@ impl Default for RequestStats {
             slots: std::array::from_fn(|_| OpSlot::default()),
             flights: std::array::from_fn(|_| FlightSlot::idle()),
             started: Instant::now(),
+            transport: std::sync::OnceLock::new(),
         }
     }
 }
@@ -291,6 +294,11 @@ impl RequestStats {
             .collect()
     }
 
+    /// Records which transport serves the mount (once).
+    pub fn set_transport(&self, status: std::sync::Arc<crate::uring::TransportStatus>) {
+        let _ = self.transport.set(status);
+    }
+
     /// Seconds since the mount.
     pub fn uptime_secs(&self) -> f64 {
         self.started.elapsed().as_secs_f64()
@@ -309,6 +317,12 @@ pub fn render(fs: &FsStats, requests: &RequestStats) -> String {
     section(&mut out, "alloc", &format!("{:#?}", fs.alloc));
     section(&mut out, "data", &format!("{:#?}", fs.data));
     section(&mut out, "extcache", &format!("{:#?}", fs.extcache));
+    if let Some(transport) = requests.transport.get() {
+        let _ = writeln!(out, "[fuse transport]");
+        for line in transport.lines() {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
     let flying = requests.in_flight();
     let _ = writeln!(out, "[fuse in flight]");
     let _ = writeln!(out, "  requests: {}", flying.len());

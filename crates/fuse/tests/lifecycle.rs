@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::{Mount, Scratch, fsck, is_mounted, wait_exit};
 
 fn mount_command(args: &[&str]) -> std::process::Output {
-    Command::new("mount").args(args).output().unwrap()
+    common::with_ring_enabled(|| Command::new("mount").args(args).output().unwrap())
 }
 
 // `mount -t fuse.NAME` and an fstab line (through `mount -T FSTAB`) both mount with
@@ -33,7 +33,8 @@ fn mount_helper_and_fstab() {
     let image = scratch.format("128M");
     let mnt = scratch.mountpoint();
     let (image_arg, mnt_arg) = (image.to_str().unwrap(), mnt.to_str().unwrap());
-    let output = mount_command(&["-t", &kind, "-o", "noatime", image_arg, mnt_arg]);
+    let options = common::transport_options("noatime");
+    let output = mount_command(&["-t", &kind, "-o", &options, image_arg, mnt_arg]);
     assert!(output.status.success(), "mount -t {kind}: {output:?}");
     let mount = Mount::adopt(&image, &mnt);
     let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
@@ -49,7 +50,8 @@ fn mount_helper_and_fstab() {
     let line = format!("{image_arg} {mnt_arg} {kind} defaults,noauto,logmode=sync,dev,suid 0 0\n");
     fs::write(&fstab, line).unwrap();
     // The command line's nosuid overrides the fstab line's suid (issue 19, item 6).
-    let output = mount_command(&["-T", fstab.to_str().unwrap(), "-o", "nosuid", mnt_arg]);
+    let options = common::transport_options("nosuid");
+    let output = mount_command(&["-T", fstab.to_str().unwrap(), "-o", &options, mnt_arg]);
     assert!(output.status.success(), "mount from fstab: {output:?}");
     let mount = Mount::adopt(&image, &mnt);
     let flags = common::mount_flags(&mnt);

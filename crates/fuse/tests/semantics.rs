@@ -203,17 +203,20 @@ fn later_mount_options_override_earlier_ones() {
     let scratch = Scratch::new();
     let image = scratch.format("64M");
     let mnt = scratch.mountpoint();
-    let output = Command::new(common::cairn_bin())
-        .args([
-            "-o",
-            "allow_other,default_permissions,dev,suid,exec",
-            "-o",
-            "nosuid,noexec",
-        ])
-        .arg(&image)
-        .arg(&mnt)
-        .output()
-        .unwrap();
+    let last = common::transport_options("nosuid,noexec");
+    let output = common::with_ring_enabled(|| {
+        Command::new(common::cairn_bin())
+            .args([
+                "-o",
+                "allow_other,default_permissions,dev,suid,exec",
+                "-o",
+                &last,
+            ])
+            .arg(&image)
+            .arg(&mnt)
+            .output()
+            .unwrap()
+    });
     assert!(output.status.success(), "{}", common::output_text(&output));
     let mount = Mount::adopt(&image, &mnt);
     let flags = common::mount_flags(&mnt);

@@ -142,10 +142,14 @@ fn mount_helper_then_umount_waits() {
     let mnt = scratch.mountpoint();
     let kind = format!("fuse.{}", helper.name);
     for round in 0..rounds() {
-        let output = Command::new("mount")
-            .args(["-t", &kind, image.to_str().unwrap(), mnt.to_str().unwrap()])
-            .output()
-            .unwrap();
+        let options = common::transport_options("defaults");
+        let output = common::with_ring_enabled(|| {
+            Command::new("mount")
+                .args(["-t", &kind, "-o", &options])
+                .args([image.to_str().unwrap(), mnt.to_str().unwrap()])
+                .output()
+                .unwrap()
+        });
         assert!(
             output.status.success(),
             "mount -t: {}",

@@ -497,6 +497,64 @@ impl<FS: Filesystem> Session<FS> {
     pub fn notifier(&self) -> Notifier {
         Notifier::new(self.ch.sender())
     }
+
+    /// cairn patch: a dispatcher that serves requests arriving some other way than a read
+    /// of this session's `/dev/fuse` (FUSE over io_uring), with `filesystem` (a second
+    /// handle on the same filesystem: its `init` is not called) and this session's access
+    /// rules. Call after the handshake.
+    pub fn dispatcher(&self, filesystem: FS) -> Dispatcher<FS> {
+        Dispatcher {
+            event_loop: SessionEventLoop {
+                thread_name: "fuser-dispatcher".to_string(),
+                filesystem: Arc::new(FilesystemHolder {
+                    fs: Some(filesystem),
+                }),
+                ch: self.ch.clone(),
+                allowed: self.allowed,
+                session_owner: self.session_owner,
+                // Unused: the dispatcher never reads the device.
+                gate: Arc::new(ReaderGate::new()),
+            },
+        }
+    }
+}
+
+/// cairn patch: what [`Dispatcher::dispatch`] did with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dispatched {
+    /// Served; the reply (if the request type has one) went to the sink.
+    Served,
+    /// `FUSE_DESTROY`: `destroy_requested` ran, then the reply went to the sink.
+    Destroyed,
+    /// The bytes were not a request; nothing was replied.
+    Invalid,
+}
+
+/// cairn patch: serves one request at a time from bytes laid out as a read of
+/// `/dev/fuse` returns them, replying through a [`ReplySink`](crate::ReplySink), with the
+/// same decoding and filesystem calls as the session's event loops.
+#[derive(Debug)]
+pub struct Dispatcher<FS: Filesystem> {
+    event_loop: SessionEventLoop<FS>,
+}
+
+impl<FS: Filesystem> Dispatcher<FS> {
+    /// Decodes `request` and calls the filesystem; the reply goes to `sink`.
+    pub fn dispatch(&self, request: &[u8], sink: Arc<dyn crate::ReplySink>) -> Dispatched {
+        let Some(req) = RequestWithSender::new(self.event_loop.ch.sender(), request) else {
+            return Dispatched::Invalid;
+        };
+        let req = req.with_sink(sink);
+        if let Ok(Operation::Destroy(_)) = req.request.operation() {
+            if let Some(fs) = &self.event_loop.filesystem.fs {
+                fs.destroy_requested();
+            }
+            req.reply::<ReplyEmpty>().ok();
+            return Dispatched::Destroyed;
+        }
+        req.dispatch(&self.event_loop);
+        Dispatched::Served
+    }
 }
 
 #[derive(Debug)]
@@ -515,6 +573,7 @@ impl SessionUnmounter {
     }
 }
 
+#[derive(Debug)]
 pub(crate) struct SessionEventLoop<FS: Filesystem> {
     /// Cache thread name for faster `debug!`.
     pub(crate) thread_name: String,

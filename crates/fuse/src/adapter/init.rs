@@ -64,6 +64,9 @@ impl CairnFs {
         if let Err(nearest) = config.set_max_readahead(max_write) {
             let _ = config.set_max_readahead(nearest);
         }
+        if let Some(ring) = &self.ring {
+            ring.negotiate(config);
+        }
         let _ = config.set_max_background(MAX_BACKGROUND);
         let _ = config.set_congestion_threshold(CONGESTION_THRESHOLD);
         tracing::info!(

@@ -35,6 +35,8 @@ pub struct CairnFs {
     settings: FuseSettings,
     read_only: bool,
     root: u64,
+    /// The io_uring transport's side of the handshake, if it was prepared.
+    ring: Option<Arc<crate::uring::RingOffer>>,
 }
 
 impl CairnFs {
@@ -57,7 +59,14 @@ impl CairnFs {
             settings,
             read_only,
             root,
+            ring: None,
         })
+    }
+
+    /// This front end negotiates the io_uring transport at init as `offer` says.
+    pub fn with_ring(mut self, offer: Arc<crate::uring::RingOffer>) -> Self {
+        self.ring = Some(offer);
+        self
     }
 
     /// The filesystem, for the length of one call (`ShutDown` once it was unmounted).

@@ -268,7 +268,7 @@ impl fuser::Filesystem for CairnFs {
         let _timer = self.requests.start(Op::Read, ino.0);
         match self
             .fs()
-            .and_then(|fs| fs.read(self.inode(ino), offset, size))
+            .and_then(|fs| fs.read_data(self.inode(ino), offset, size))
         {
             Ok(data) => reply.data(&data),
             Err(error) => reply.error(self.fail(Op::Read, &error)),

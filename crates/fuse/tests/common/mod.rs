@@ -11,6 +11,83 @@ use clap::Parser;
 /// How long a daemon may take to write everything back and exit after an unmount.
 const EXIT_WAIT: Duration = Duration::from_secs(120);
 
+/// The fuse module's parameter that lets a connection negotiate FUSE over io_uring.
+pub const RING_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// The transport the mount tests run on: `/dev/fuse` (`-o nouring`) unless
+/// `CAIRN_TEST_TRANSPORT=uring` (then every mount gets `-o uring`, with the module
+/// parameter turned on for its handshake, and must come up on the ring).
+pub fn ring_transport() -> bool {
+    std::env::var("CAIRN_TEST_TRANSPORT").is_ok_and(|value| value == "uring")
+}
+
+/// `options` plus the test transport's option (`uring` or `nouring`).
+pub fn transport_options(options: &str) -> String {
+    let transport = match ring_transport() {
+        true => "uring",
+        false => "nouring",
+    };
+    match options.is_empty() {
+        true => transport.to_string(),
+        false => format!("{options},{transport}"),
+    }
+}
+
+/// Why this kernel cannot run the ring tests, if it cannot.
+pub fn ring_unavailable() -> Option<String> {
+    let exists = Path::new(RING_PARAMETER).exists();
+    (!exists).then(|| format!("this kernel has no FUSE over io_uring (no {RING_PARAMETER})"))
+}
+
+/// Runs `mount` with the fuse module's `enable_uring` on (when the tests run on the ring),
+/// restoring it after: the kernel reads it only during a connection's handshake. Other
+/// processes (test binaries running at the same time) wait on a lock file so that the
+/// first one's saved value is the one put back.
+pub fn with_ring_enabled<T>(mount: impl FnOnce() -> T) -> T {
+    if !ring_transport() {
+        return mount();
+    }
+    with_ring_parameter("Y", mount)
+}
+
+/// Runs `f` with the `enable_uring` parameter set to `value` ("Y" or "N"), then restores
+/// it.
+pub fn with_ring_parameter<T>(value: &str, f: impl FnOnce() -> T) -> T {
+    use std::os::fd::AsRawFd;
+    static IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = IN_PROCESS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let lock = std::fs::File::create("/run/cairn-test-enable-uring.lock").unwrap();
+    // SAFETY: flock on a descriptor this function owns.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let saved = std::fs::read_to_string(RING_PARAMETER).unwrap();
+    std::fs::write(RING_PARAMETER, value).unwrap();
+    struct Restore(String);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = std::fs::write(RING_PARAMETER, self.0.trim());
+        }
+    }
+    let restore = Restore(saved);
+    let result = f();
+    drop(restore);
+    result
+}
+
+/// The transport `cairn stats` says serves the mount at `mountpoint`.
+pub fn served_transport(mountpoint: &Path) -> String {
+    let output = run(
+        cairn_bin().to_str().unwrap(),
+        &["stats", mountpoint.to_str().unwrap()],
+    );
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.lines()
+        .find_map(|line| line.trim().strip_prefix("transport: "))
+        .unwrap_or("unknown")
+        .to_string()
+}
+
 /// The built `cairn` binary, or `CAIRN_BIN` (long runs use a copy that later builds leave
 /// alone).
 pub fn cairn_bin() -> PathBuf {
@@ -144,13 +221,17 @@ pub fn mount_flags(path: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Waits for `pid` to exit; returns whether it did in time.
+/// Waits for `pid` to exit, every thread of it; returns whether it did in time.
 pub fn wait_exit(pid: u32, limit: Duration) -> bool {
     let start = Instant::now();
     while Path::new(&format!("/proc/{pid}")).exists() {
-        // A zombie has exited; its stat says state Z.
+        // A zombie has exited; its stat says state Z. A leader is a zombie as soon as its
+        // own thread ends, while other threads may still be exiting (ring workers cancel
+        // their io_uring commands first) and hold its descriptors and the image's lock.
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z')) {
+        let zombie = stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z'));
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, Iterator::count);
+        if zombie && threads <= 1 {
             return true;
         }
         if start.elapsed() > limit {
@@ -184,14 +265,28 @@ impl Mount {
     /// Runs the mount command and returns its output, mounted or not.
     pub fn try_mount(device: &Path, mountpoint: &Path, options: &str) -> Output {
         let mut command = Command::new(cairn_bin());
+        let options = transport_options(options);
         if !options.is_empty() {
-            command.args(["-o", options]);
+            command.args(["-o", &options]);
         }
-        command.arg(device).arg(mountpoint).output().unwrap()
+        command.arg(device).arg(mountpoint);
+        with_ring_enabled(|| command.output().unwrap())
     }
 
     /// Takes charge of a mount made some other way (mount -t fuse.cairn, fstab).
     pub fn adopt(device: &Path, mountpoint: &Path) -> Mount {
+        let mount = Self::adopt_any_transport(device, mountpoint);
+        let want = match ring_transport() {
+            true => "io_uring",
+            false => "/dev/fuse",
+        };
+        let served = served_transport(mountpoint);
+        assert_eq!(served, want, "the mount is not on the test transport");
+        mount
+    }
+
+    /// Takes charge of a mount whichever transport serves it.
+    pub fn adopt_any_transport(device: &Path, mountpoint: &Path) -> Mount {
         assert!(
             is_mounted(mountpoint),
             "{} is not mounted",
