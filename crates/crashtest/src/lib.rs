@@ -21,11 +21,14 @@
 
 pub mod explore;
 pub mod faults;
+pub mod fields;
 pub mod fuzz;
 pub mod image;
 pub mod model;
 pub mod op;
 pub mod oracle;
+pub mod repair_base;
+pub mod repair_fuzz;
 pub mod runner;
 pub mod space;
 pub mod suite;

@@ -63,8 +63,20 @@ fn inconsistent(path: &str, detail: String) -> WalkError {
     }
 }
 
-/// Walks the whole tree of `fs`, reading at most `read_max_bytes` of each file.
+/// Walks the whole tree of `fs`, reading at most `read_max_bytes` of each file. A name that
+/// is not UTF-8 is an inconsistency (no workload makes one).
 pub fn walk(fs: &Filesystem, read_max_bytes: u64) -> Result<Tree, WalkError> {
+    walk_names(fs, read_max_bytes, false)
+}
+
+/// `walk`, but names that are not UTF-8 (which cairn allows: a repaired entry may have any
+/// bytes but '/' and NUL) are taken with their other bytes written `\xNN`, and an attribute
+/// listed but of a namespace cairn-fs does not serve (`Unsupported`) is taken as empty.
+pub fn walk_any_names(fs: &Filesystem, read_max_bytes: u64) -> Result<Tree, WalkError> {
+    walk_names(fs, read_max_bytes, true)
+}
+
+fn walk_names(fs: &Filesystem, read_max_bytes: u64, lenient: bool) -> Result<Tree, WalkError> {
     let root = fs.getattr(fs.root()).map_err(fs_error("getattr", ""))?;
     let mut tree = Tree {
         root_nlink: root.nlink,
@@ -76,9 +88,9 @@ pub fn walk(fs: &Filesystem, read_max_bytes: u64) -> Result<Tree, WalkError> {
         if depth > WALK_DEPTH_MAX {
             return Err(inconsistent(&path, "directories nested too deep".into()));
         }
-        for (name, inode, kind) in list_dir(fs, &path, dir)? {
+        for (name, inode, kind) in list_dir(fs, &path, dir, lenient)? {
             let child = join(&path, &name);
-            let seen = examine(fs, &child, inode, kind, read_max_bytes)?;
+            let seen = examine(fs, &child, (inode, kind), read_max_bytes, lenient)?;
             if seen.kind == FileKind::Directory {
                 if !visited.insert(inode) {
                     return Err(inconsistent(
@@ -102,6 +114,7 @@ fn list_dir(
     fs: &Filesystem,
     path: &str,
     dir: u64,
+    lenient: bool,
 ) -> Result<Vec<(String, u64, FileKind)>, WalkError> {
     let mut found = Vec::new();
     let mut cookie = 0;
@@ -121,8 +134,14 @@ fn list_dir(
             if entry.name == b"." || entry.name == b".." {
                 continue;
             }
-            let name = String::from_utf8(entry.name.clone())
-                .map_err(|_| inconsistent(path, format!("name {:?} not UTF-8", entry.name)))?;
+            let name = match String::from_utf8(entry.name.clone()) {
+                Ok(name) => name,
+                Err(_) if lenient => escaped(&entry.name),
+                Err(_) => {
+                    let detail = format!("name {:?} not UTF-8", entry.name);
+                    return Err(inconsistent(path, detail));
+                }
+            };
             found.push((name, entry.inode, entry.kind));
         }
         if found.len() > WALK_ENTRIES_MAX {
@@ -132,13 +151,24 @@ fn list_dir(
     Ok(found)
 }
 
+/// `name` with every byte outside printable ASCII (and the backslash) written `\xNN`.
+fn escaped(name: &[u8]) -> String {
+    name.iter()
+        .map(|&b| match b {
+            b'\\' => "\\x5c".to_string(),
+            0x20..=0x7e => char::from(b).to_string(),
+            _ => format!("\\x{b:02x}"),
+        })
+        .collect()
+}
+
 /// Reads the attributes, and the contents or target, of one named inode.
 fn examine(
     fs: &Filesystem,
     path: &str,
-    inode: u64,
-    listed: FileKind,
+    (inode, listed): (u64, FileKind),
     read_max_bytes: u64,
+    lenient: bool,
 ) -> Result<Seen, WalkError> {
     let attr = fs.getattr(inode).map_err(fs_error("getattr", path))?;
     if attr.kind != listed {
@@ -155,7 +185,7 @@ fn examine(
         xattrs: Xattrs::new(),
     };
     if matches!(attr.kind, FileKind::Regular | FileKind::Directory) {
-        seen.xattrs = read_xattrs(fs, path, inode)?;
+        seen.xattrs = read_xattrs(fs, path, inode, lenient)?;
     }
     match attr.kind {
         FileKind::Regular => seen.content = read_all(fs, path, inode, attr.size, read_max_bytes)?,
@@ -167,17 +197,24 @@ fn examine(
     Ok(seen)
 }
 
-/// Every extended attribute of `inode`, as root sees them.
-fn read_xattrs(fs: &Filesystem, path: &str, inode: u64) -> Result<Xattrs, WalkError> {
+/// Every extended attribute of `inode`, as root sees them (`lenient`: one of a namespace
+/// cairn-fs does not serve reads as empty).
+fn read_xattrs(
+    fs: &Filesystem,
+    path: &str,
+    inode: u64,
+    lenient: bool,
+) -> Result<Xattrs, WalkError> {
     let who = Credentials::root();
     let mut xattrs = Xattrs::new();
     for name in fs
         .listxattr(inode, &who)
         .map_err(fs_error("listxattr", path))?
     {
-        let value = fs
-            .getxattr(inode, &name, &who)
-            .map_err(fs_error("getxattr", path))?;
+        let value = match fs.getxattr(inode, &name, &who) {
+            Err(FsError::Unsupported) if lenient => Vec::new(),
+            other => other.map_err(fs_error("getxattr", path))?,
+        };
         if xattrs.insert(name.clone(), value).is_some() {
             let detail = format!(
                 "attribute {:?} listed twice",

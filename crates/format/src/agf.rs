@@ -32,7 +32,7 @@ use crate::geometry::Geometry;
 use crate::header::{Expected, MetaHeader, verify_header};
 use crate::limits::BTREE_LEVELS_MAX;
 use crate::limits::{AG_AGF_BLOCK, AG_BLOCKS_MAX, AG_BLOCKS_MIN, AG_HEADER_BLOCKS};
-use crate::ondisk::{OnDisk, bad_field, get_u32, need, put_u32};
+use crate::ondisk::{OnDisk, bad_field, check_zero, get_u32, need, put_u32};
 use crate::types::{AgBlock, AgNumber};
 
 /// The decoded AGF.
@@ -64,6 +64,8 @@ impl Agf {
         need(Self::NAME, block, geometry.block_size as usize)?;
         let agf = Self::decode(block)?;
         agf.check(geometry)?;
+        let tail = Self::SIZE..geometry.block_size as usize;
+        check_zero(Self::NAME, agf.header.blkno, "block tail", block, tail)?;
         Ok(agf)
     }
 
@@ -258,6 +260,7 @@ impl OnDisk for Agf {
             free_list_last: get_u32(raw, 88),
             free_list_count: get_u32(raw, 92),
         };
+        check_zero(Self::NAME, agf.header.blkno, "spare", raw, 96..Self::SIZE)?;
         agf.check_body()?;
         Ok(agf)
     }
@@ -307,6 +310,31 @@ mod tests {
         let mut read = Agf::read(&block, &expected, &g).unwrap();
         read.header.crc = 0;
         assert_eq!(read, agf);
+    }
+
+    // Checks that nonzero spare bytes, in the structure or the rest of its block, are refused.
+    #[test]
+    fn nonzero_spare_bytes_are_refused() {
+        let g = sample_geometry();
+        let expected = Expected {
+            kind: MetaKind::Agf,
+            blkno: g.ag_start(2) + 1,
+            uuid: UUID,
+            owner: Some(2),
+        };
+        for at in [100, 127, 128, g.block_size as usize - 1] {
+            let mut block = vec![0u8; g.block_size as usize];
+            sample(2).encode(&mut block);
+            block[at] = 1;
+            stamp(&mut block, None);
+            assert!(
+                matches!(
+                    Agf::read(&block, &expected, &g),
+                    Err(FormatError::BadField { value, .. }) if value == at as u64
+                ),
+                "byte {at} accepted"
+            );
+        }
     }
 
     // Checks that each inconsistent field is refused and named.

@@ -32,7 +32,7 @@ use crate::limits::{
     AG_AGI_BLOCK, AG_BLOCKS_MAX, AG_BLOCKS_MIN, AG_HEADER_BLOCKS, AGI_UNLINKED_BUCKETS,
     INODES_PER_CHUNK,
 };
-use crate::ondisk::{OnDisk, bad_field, get_u32, need, put_u32};
+use crate::ondisk::{OnDisk, bad_field, check_zero, get_u32, need, put_u32};
 use crate::types::{AgBlock, AgNumber, NULL_AG_INODE};
 
 const UNLINKED_OFFSET: usize = 88;
@@ -72,6 +72,8 @@ impl Agi {
         need(Self::NAME, block, geometry.block_size as usize)?;
         let agi = Self::decode(block)?;
         agi.check(geometry)?;
+        let tail = Self::SIZE..geometry.block_size as usize;
+        check_zero(Self::NAME, agi.header.blkno, "block tail", block, tail)?;
         Ok(agi)
     }
 
@@ -106,6 +108,21 @@ impl Agi {
                 "newest_inode",
                 self.newest_inode,
                 "not an inode of this AG",
+            ));
+        }
+        if self.newest_inode != NULL_AG_INODE && !self.newest_inode.is_multiple_of(INODES_PER_CHUNK)
+        {
+            return Err(bad(
+                "newest_inode",
+                self.newest_inode,
+                "not the first inode of a chunk",
+            ));
+        }
+        if (self.newest_inode == NULL_AG_INODE) != (self.inode_count == 0) {
+            return Err(bad(
+                "newest_inode",
+                self.newest_inode,
+                "null exactly when the AG has no chunks",
             ));
         }
         for &head in &self.unlinked {
@@ -209,6 +226,14 @@ impl OnDisk for Agi {
             newest_inode: get_u32(raw, 80),
             unlinked,
         };
+        check_zero(Self::NAME, agi.header.blkno, "reserved", raw, 84..88)?;
+        check_zero(
+            Self::NAME,
+            agi.header.blkno,
+            "spare",
+            raw,
+            SPARE_OFFSET..Self::SIZE,
+        )?;
         agi.check_body()?;
         Ok(agi)
     }
@@ -304,6 +329,36 @@ mod tests {
         let mut wrong_bucket = sample(0);
         wrong_bucket.unlinked[1] = 64;
         assert_eq!(field_of(wrong_bucket), "unlinked");
+    }
+
+    // Checks the newest_inode rules (a chunk's first inode; NULL exactly when there are no
+    // chunks) and that the reserved and spare bytes must be zero.
+    #[test]
+    fn newest_inode_and_reserved_bytes() {
+        let g = sample_geometry();
+        let refused = |agi: Agi| {
+            Agi::decode(&agi.to_bytes())
+                .and_then(|a| a.check(&g))
+                .is_err()
+        };
+        assert!(refused(Agi {
+            newest_inode: 64 + 8,
+            ..sample(0)
+        }));
+        assert!(refused(Agi {
+            newest_inode: NULL_AG_INODE,
+            ..sample(0)
+        }));
+        assert!(refused(Agi {
+            inode_count: 0,
+            free_inodes: 0,
+            ..sample(0)
+        }));
+        for at in [84, 350, 383] {
+            let mut raw = sample(0).to_bytes();
+            raw[at] = 1;
+            assert!(Agi::decode(&raw).is_err(), "byte {at} accepted");
+        }
     }
 
     proptest! {

@@ -54,7 +54,8 @@ use crate::header::{HEADER_SIZE, MetaHeader};
 use crate::inode::FileType;
 use crate::limits::{DIR_DATA_BLOCK_BITS, DIR_INLINE_ENTRIES_MAX, NAME_LEN_MAX};
 use crate::ondisk::{
-    OnDisk, bad_field, get_u8, get_u16, get_u32, get_u64, need, put_u8, put_u16, put_u32, put_u64,
+    OnDisk, bad_field, check_zero, get_u8, get_u16, get_u32, get_u64, need, put_u8, put_u16,
+    put_u32, put_u64,
 };
 use crate::types::NULL_BLOCK;
 
@@ -499,6 +500,13 @@ pub fn dir_data_check(block: &[u8]) -> Result<(), FormatError> {
         }
     }
     let header = DirDataHeader::decode(block)?;
+    check_zero(
+        DATA,
+        header.header.blkno,
+        "pad",
+        block,
+        60..DIR_DATA_HEADER_SIZE,
+    )?;
     if header.best_free != best.0 {
         let largest = u64::from(header.best_free[0].length);
         return Err(data_bad(
@@ -509,6 +517,27 @@ pub fn dir_data_check(block: &[u8]) -> Result<(), FormatError> {
         ));
     }
     Ok(())
+}
+
+/// Repair's reading of a data block that `dir_data_entries` refuses: if its regions still
+/// tile the body, every entry that does not decode becomes free space, free regions are
+/// merged, the best-free summary is recomputed and the pad zeroed, in `block`. Returns the
+/// entries kept (the header's own fields are the caller's to rewrite).
+pub fn dir_data_salvage(block: &mut [u8]) -> Result<Vec<DirDataEntry>, FormatError> {
+    let mut broken = Vec::new();
+    for region in RegionWalk::new(block)? {
+        if let Region::Entry { offset, length } = region?
+            && decode_entry_ref(block, offset).is_err()
+        {
+            broken.push((offset, length));
+        }
+    }
+    for (offset, length) in broken {
+        write_free(block, offset, length);
+    }
+    tidy(block)?;
+    put_u32(block, 60, 0);
+    dir_data_entries(block)
 }
 
 /// The live entries of a data block, in offset order, after checking the block's structure
@@ -777,6 +806,26 @@ mod tests {
     use crate::testing::{UUID, sample_geometry};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
+
+    // Checks that the pad must be zero, and that salvage keeps the entries that decode of a
+    // block the verifier refuses (a pad, a wrong summary, a bad entry), making it valid.
+    #[test]
+    fn salvage_keeps_what_decodes() {
+        let mut block = vec![0u8; 1024];
+        init_dir_data_block(&mut block, MetaHeader::new(MetaKind::DirData, 9, UUID, 7)).unwrap();
+        for (inode, name) in [(70, &b"abc"[..]), (71, b"def"), (72, b"ghi")] {
+            dir_data_insert(&mut block, inode, FileType::Regular, name).unwrap();
+        }
+        let second = dir_data_entries(&block).unwrap()[1].offset as usize;
+        block[61] = 1;
+        put_u16(&mut block, HEADER_SIZE + 2, 8);
+        block[second + 1] = 0;
+        assert!(dir_data_entries(&block).is_err());
+        let kept = dir_data_salvage(&mut block).unwrap();
+        let names: Vec<&[u8]> = kept.iter().map(|e| e.name.as_slice()).collect();
+        assert_eq!(names, [&b"abc"[..], b"ghi"]);
+        assert_eq!(dir_data_entries(&block).unwrap(), kept);
+    }
 
     // Checks placing entries at exact offsets: fits inside a free region, refuses overlaps and
     // offsets inside the header, and the block stays valid.

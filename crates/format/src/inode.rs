@@ -58,8 +58,8 @@ use crate::limits::{
     BTREE_LEVELS_MAX, FILE_BLOCK_MAX, FS_BLOCK_MAX, INODE_SIZE_MAX, INODE_SIZE_MIN, SYMLINK_LEN_MAX,
 };
 use crate::ondisk::{
-    OnDisk, bad_field, get_i64, get_u8, get_u16, get_u32, get_u64, need, put_i64, put_u8, put_u16,
-    put_u32, put_u64,
+    OnDisk, bad_field, check_zero, get_i64, get_u8, get_u16, get_u32, get_u64, need, put_i64,
+    put_u8, put_u16, put_u32, put_u64,
 };
 use crate::types::{NULL_AG_INODE, NULL_BLOCK};
 
@@ -395,7 +395,7 @@ impl OnDisk for InodeCore {
         put_u16(out, 148, self.attr_extent_count);
         put_u16(out, 150, self.attr_offset);
         put_u32(out, 152, self.rdev);
-        out[156..Self::SIZE].fill(0);
+        out[INODE_SPARE].fill(0);
     }
 
     fn decode(raw: &[u8]) -> Result<Self, FormatError> {
@@ -406,6 +406,7 @@ impl OnDisk for InodeCore {
         if mode != 0 && FileType::from_mode(mode).is_none() {
             return Err(bad("mode", mode.into(), "unknown file type"));
         }
+        check_zero(Self::NAME, header.blkno, "spare", raw, INODE_SPARE)?;
         let data_format = ForkFormat::from_code(get_u8(raw, 50))
             .ok_or_else(|| bad("data_format", get_u8(raw, 50).into(), "unknown fork format"))?;
         let attr_code = get_u8(raw, 51);
@@ -453,6 +454,17 @@ impl OnDisk for InodeCore {
     }
 }
 
+/// The spare bytes of the inode core (zero; reserved for growth).
+pub const INODE_SPARE: std::ops::Range<usize> = 156..INODE_CORE_SIZE;
+
+/// Zeroes the spare bytes of the inode `raw` (repair keeps an inode whose only fault they
+/// are; the caller re-stamps the CRC).
+pub fn clear_inode_spare(raw: &mut [u8]) {
+    if let Some(spare) = raw.get_mut(INODE_SPARE) {
+        spare.fill(0);
+    }
+}
+
 /// The bytes of a Local fork: the first `length` bytes of the fork.
 pub fn local_bytes(fork: &[u8], length: u64) -> Result<&[u8], FormatError> {
     usize::try_from(length)
@@ -497,6 +509,7 @@ impl BmapRoot {
         need(NAME, fork, Self::HEADER_BYTES)?;
         let bad = |field, value: u64, why| bad_field(NAME, NULL_BLOCK, field, value, why);
         let level = get_u16(fork, 0);
+        check_zero(NAME, NULL_BLOCK, "pad", fork, 4..Self::HEADER_BYTES)?;
         if level == 0 || u32::from(level) >= BTREE_LEVELS_MAX {
             return Err(bad("level", level.into(), "outside 1..BTREE_LEVELS_MAX"));
         }
@@ -627,6 +640,34 @@ mod tests {
         assert_eq!(core.attr_fork_range(512), Some(432..512));
         let fork = &raw[read.data_fork_range(512)];
         assert_eq!(fork_extents(fork, read.data_extent_count).unwrap(), extents);
+    }
+
+    // Checks that nonzero spare bytes are refused (CRC intact) and that clearing them makes
+    // the inode read again.
+    #[test]
+    fn nonzero_spare_bytes_are_refused() {
+        let core = sample(0o100_644, ForkFormat::Extents);
+        let mut raw = vec![0u8; 512];
+        core.encode(&mut raw);
+        raw[170] = 9;
+        stamp(&mut raw, None);
+        let expected = Expected {
+            kind: MetaKind::Inode,
+            blkno: INO,
+            uuid: UUID,
+            owner: Some(INO),
+        };
+        match InodeCore::read(&raw, &expected) {
+            Err(FormatError::BadField {
+                field: "spare",
+                value: 170,
+                ..
+            }) => {}
+            other => panic!("not refused: {other:?}"),
+        }
+        clear_inode_spare(&mut raw);
+        stamp(&mut raw, None);
+        assert!(InodeCore::read(&raw, &expected).is_ok());
     }
 
     // Checks that fork formats must suit the file type and counts must fit the fork.

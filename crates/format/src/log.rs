@@ -66,8 +66,8 @@ use crate::limits::{
     LOG_INTENT_EXTENTS_MAX, LOG_ITEM_REGIONS_MAX,
 };
 use crate::ondisk::{
-    OnDisk, bad_field, get_bytes, get_u16, get_u32, get_u64, need, put_bytes, put_u16, put_u32,
-    put_u64,
+    OnDisk, bad_field, check_zero, get_bytes, get_u16, get_u32, get_u64, need, put_bytes, put_u16,
+    put_u32, put_u64,
 };
 use crate::types::{FsBlock, Lsn, NULL_BLOCK};
 
@@ -148,6 +148,8 @@ impl OnDisk for LogRecordHeader {
             uuid: get_bytes::<16>(raw, 56),
             tail_lsn: Lsn(get_u64(raw, 72)),
         };
+        check_zero(Self::NAME, lsn.0, "reserved", raw, 52..56)?;
+        check_zero(Self::NAME, lsn.0, "spare", raw, 80..Self::SIZE)?;
         if header.cycle == 0 || header.cycle != lsn.cycle() {
             return Err(bad(
                 "cycle",
@@ -203,6 +205,8 @@ pub fn encode_log_record(header: &LogRecordHeader, payload: &[u8]) -> Vec<u8> {
 pub fn decode_log_record(raw: &[u8]) -> Result<(LogRecordHeader, &[u8]), FormatError> {
     need(LogRecordHeader::NAME, raw, LOG_RECORD_HEADER_BYTES)?;
     let header = LogRecordHeader::decode(raw)?;
+    let spare = LogRecordHeader::SIZE..LOG_RECORD_HEADER_BYTES;
+    check_zero(LogRecordHeader::NAME, header.lsn.0, "spare", raw, spare)?;
     let computed = log_header_crc(&raw[..LOG_RECORD_HEADER_BYTES]);
     if header.header_crc != computed {
         return Err(FormatError::BadCrc {
@@ -670,6 +674,19 @@ mod tests {
         record[600] ^= 1;
         record[20] ^= 1;
         assert!(decode_log_record(&record).is_err());
+    }
+
+    // Checks that a record header with nonzero reserved or spare bytes is refused even when
+    // its CRC covers them.
+    #[test]
+    fn nonzero_reserved_header_bytes_are_refused() {
+        for at in [52, 100, 200, 511] {
+            let mut record = encode_log_record(&sample_header(), &[]);
+            record[at] = 1;
+            let crc = log_header_crc(&record[..LOG_RECORD_HEADER_BYTES]);
+            put_u32(&mut record, HEADER_CRC_OFFSET, crc);
+            assert!(decode_log_record(&record).is_err(), "byte {at} accepted");
+        }
     }
 
     // Checks that malformed items are refused rather than misread.

@@ -118,6 +118,29 @@ pub fn bad_field(
     }
 }
 
+/// Checks that the reserved or spare bytes `range` of `raw` are zero (docs/format.md,
+/// "Reserved fields"): a nonzero byte is damage, or a feature this code does not know.
+/// The error's value is the offset of the first nonzero byte.
+pub fn check_zero(
+    structure: &'static str,
+    block: u64,
+    field: &'static str,
+    raw: &[u8],
+    range: std::ops::Range<usize>,
+) -> Result<(), FormatError> {
+    let bytes = raw.get(range.clone()).unwrap_or_default();
+    match bytes.iter().position(|&b| b != 0) {
+        None => Ok(()),
+        Some(at) => Err(bad_field(
+            structure,
+            block,
+            field,
+            (range.start + at) as u64,
+            "reserved bytes are not zero",
+        )),
+    }
+}
+
 /// Reads a byte at `at`. The caller has checked the length with `need`.
 #[inline]
 pub fn get_u8(raw: &[u8], at: usize) -> u8 {

@@ -32,7 +32,8 @@ use crate::geometry::Geometry;
 use crate::header::{Expected, MetaHeader, MetaKind, verify_header};
 use crate::limits::LABEL_LEN_MAX;
 use crate::ondisk::{
-    OnDisk, get_bytes, get_i64, get_u32, get_u64, need, put_bytes, put_i64, put_u32, put_u64,
+    OnDisk, check_zero, get_bytes, get_i64, get_u32, get_u64, need, put_bytes, put_i64, put_u32,
+    put_u64,
 };
 
 pub const FORMAT_VERSION: u32 = 1;
@@ -115,7 +116,15 @@ impl Superblock {
     /// the body.
     pub fn read(block: &[u8], expected: &Expected) -> Result<Superblock, FormatError> {
         verify_header(block, expected)?;
-        Self::decode(block)
+        let sb = Self::decode(block)?;
+        check_zero(
+            Self::NAME,
+            sb.header.blkno,
+            "block tail",
+            block,
+            Self::SIZE..block.len(),
+        )?;
+        Ok(sb)
     }
 }
 
@@ -193,6 +202,8 @@ impl OnDisk for Superblock {
                 "disagrees with block counts",
             ));
         }
+        check_zero(Self::NAME, header.blkno, "reserved", raw, 92..96)?;
+        check_zero(Self::NAME, header.blkno, "reserved", raw, 196..Self::SIZE)?;
         let root_inode = get_u64(raw, 120);
         if !geometry.inode_is_valid(root_inode) {
             return Err(bad("root_inode", root_inode, "outside the filesystem"));
@@ -296,6 +307,23 @@ mod tests {
         assert_eq!(sb.uuid(), [5; 16]);
         assert_eq!(sb.label_str().len(), LABEL_LEN_MAX);
         assert_eq!(sb.copy_for_ag(2).header.blkno, 131_072);
+    }
+
+    // Checks that the reserved bytes and the rest of the block must be zero (CRC intact).
+    #[test]
+    fn nonzero_reserved_bytes_are_refused() {
+        for at in [92, 200, 255, 256, 4095] {
+            let mut head = sample_block();
+            head[at] = 1;
+            stamp(&mut head[..4096], None);
+            assert!(
+                matches!(
+                    Superblock::read_primary(&head),
+                    Err(FormatError::BadField { value, .. }) if value == at as u64
+                ),
+                "byte {at} accepted"
+            );
+        }
     }
 
     // Checks the errors for a flipped byte, a short head and something that is not cairn.

@@ -16,7 +16,7 @@
 use crate::FormatError;
 use crate::header::MetaHeader;
 use crate::limits::SYMLINK_LEN_MAX;
-use crate::ondisk::{OnDisk, bad_field, get_u32, need, put_u32};
+use crate::ondisk::{OnDisk, bad_field, check_zero, get_u32, need, put_u32};
 
 /// Bytes before the target in a symlink block.
 pub const SYMLINK_HEADER_SIZE: usize = 56;
@@ -97,6 +97,13 @@ pub fn decode_symlink_block(block: &[u8]) -> Result<(SymlinkHeader, &[u8]), Form
     let header = SymlinkHeader::decode(block)?;
     let end = SYMLINK_HEADER_SIZE + header.length as usize;
     need(SymlinkHeader::NAME, block, end)?;
+    check_zero(
+        SymlinkHeader::NAME,
+        header.header.blkno,
+        "tail",
+        block,
+        end..block.len(),
+    )?;
     Ok((header, &block[SYMLINK_HEADER_SIZE..end]))
 }
 

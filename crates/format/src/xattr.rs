@@ -362,6 +362,12 @@ fn decode_leaf_entry(area: &[u8], slot: usize) -> Result<XattrLeafEntry, &'stati
     if flags & !(NAMESPACE_MASK | FLAG_REMOTE) != 0 {
         return Err("unknown entry flags");
     }
+    if area[slot + 9..slot + LEAF_ENTRY_BYTES]
+        .iter()
+        .any(|&b| b != 0)
+    {
+        return Err("reserved bytes are not zero");
+    }
     if record_at.checked_add(5).is_none_or(|end| end > area.len()) {
         return Err("record outside the used area");
     }

@@ -307,6 +307,7 @@ impl Filesystem {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let c = &self.counters;
         FsStats {
+            shutdown: self.journal.shutdown_reason(),
             fs: FsOpStats {
                 lookups: load(&c.lookups),
                 creates: load(&c.creates),

@@ -226,6 +226,8 @@ pub struct DataStats {
 /// A snapshot of every subsystem's counters.
 #[derive(Debug, Clone)]
 pub struct FsStats {
+    /// Why the filesystem shut down (the first error that stopped it), or `None`.
+    pub shutdown: Option<String>,
     pub fs: FsOpStats,
     pub bufcache: cairn_bufcache::StatsSnapshot,
     pub journal: cairn_journal::JournalStats,

@@ -57,6 +57,9 @@ impl Checker<'_> {
                     extent.file_block
                 );
                 self.fork_problem(number, None, message);
+                if self.repairing {
+                    self.findings.rebuild_map.insert(number.0);
+                }
             }
             end = extent.file_end();
             if extent.fs_end().0 > self.geometry.block_count {
@@ -79,6 +82,9 @@ impl Checker<'_> {
         }
         let counted = data_blocks + found.tree_blocks;
         if core.block_count != counted {
+            if self.repairing {
+                self.findings.wrong_counts.insert(number.0, counted);
+            }
             let message = format!(
                 "inode {number}: block count is {}, its extents and tree hold {counted}",
                 core.block_count
@@ -108,6 +114,16 @@ impl Checker<'_> {
             self.fork_problem(number, None, message);
             return None;
         }
+        let problems = self.report.problems.len();
+        if root.keys.len() > 1 {
+            // cairn-fs keeps the tree's one top block under the root; repair stores the
+            // extents of every child anew.
+            let message = format!(
+                "inode {number}: extent tree root has {} children, cairn keeps one",
+                root.keys.len()
+            );
+            self.fork_problem(number, None, message);
+        }
         let mut pending: Vec<Pending> = (0..root.keys.len())
             .map(|index| Pending {
                 block: root.pointers[index],
@@ -117,6 +133,9 @@ impl Checker<'_> {
             .collect();
         let mut found = ForkBlocks::default();
         let mut visited = HashSet::new();
+        // Repair reads past a block that cannot be used (its records are lost) and rebuilds
+        // the map from the rest; a check stops at it.
+        let mut lost = false;
         for level in (0..root.level).rev() {
             let mut next = Vec::new();
             for index in 0..pending.len() {
@@ -129,19 +148,20 @@ impl Checker<'_> {
                     let message =
                         format!("inode {number}: tree block {} reached twice", item.block);
                     self.fork_problem(number, Some(item.block), message);
-                    return None;
+                    lost = true;
+                    continue;
                 }
-                let (header, block) =
-                    self.bmap_block(number, &layout, item.block, level, (left, right))?;
-                found.tree_blocks += 1;
-                self.bmap_entries(
-                    number,
-                    &layout,
-                    (&header, &block),
-                    item,
-                    &mut next,
-                    &mut found,
-                )?;
+                let walked = self
+                    .bmap_block(number, &layout, item.block, level, (left, right))
+                    .and_then(|(header, block)| {
+                        found.tree_blocks += 1;
+                        let leaf = (&header, block.as_slice());
+                        self.bmap_entries(number, &layout, leaf, item, &mut next, &mut found)
+                    });
+                lost |= walked.is_none();
+            }
+            if lost && !self.repairing {
+                return None;
             }
             pending = next;
         }
@@ -153,6 +173,9 @@ impl Checker<'_> {
                 found.extents.len()
             );
             self.fork_problem(number, None, message);
+        }
+        if self.repairing && self.report.problems.len() != problems {
+            self.findings.rebuild_map.insert(number.0);
         }
         Some(found)
     }
@@ -213,6 +236,13 @@ impl Checker<'_> {
             }
         }
         self.claim_for(number.0, at, 1, "file extent tree");
+        if self.repairing {
+            self.findings
+                .tree_blocks
+                .entry(number.0)
+                .or_default()
+                .push(at);
+        }
         Some((header, block))
     }
 
@@ -238,6 +268,9 @@ impl Checker<'_> {
                     }
                     Err(err) => {
                         self.report.add(Problem::from_format(item.block, &err));
+                        if self.repairing && header.level == 0 {
+                            continue;
+                        }
                         return None;
                     }
                 }

@@ -47,11 +47,49 @@ pub struct Findings {
     /// Directory data blocks (block, directory) whose entries decode but whose header does
     /// not verify: repair rewrites the header.
     pub(crate) restamp_dir_blocks: Vec<(u64, u64)>,
-    /// Directory data blocks (block, directory) that cannot be decoded: repair empties them.
-    pub(crate) lost_dir_blocks: Vec<(u64, u64)>,
+    /// Directory data blocks (block, directory, data block index) that cannot be decoded:
+    /// repair empties them (block 0 keeps its markers).
+    pub(crate) lost_dir_blocks: Vec<(u64, u64, u64)>,
     /// Remote symlink blocks (block, symlink) whose header does not verify but whose piece of
     /// the target does: repair rewrites the header.
     pub(crate) restamp_symlink_blocks: Vec<(u64, u64)>,
+    /// Metadata pieces (block, byte offset, length) whose verified header carries an LSN
+    /// past the log: repair sets it to the log's newest.
+    pub(crate) future_lsns: Vec<(u64, usize, usize)>,
+    /// Link counts to set (inode, the entries naming it).
+    pub(crate) wrong_nlink: BTreeMap<u64, u32>,
+    /// An entry names an in-use inode of a chunk no inode tree holds: survey again with
+    /// `scan_all`.
+    pub(crate) unknown_chunks: bool,
+    /// Problems the namespace phase found (none: repair leaves the namespace alone).
+    pub(crate) namespace_problems: usize,
+    /// Inodes whose only fault is nonzero spare bytes: repair clears them.
+    pub(crate) restamp_inodes: Vec<u64>,
+    /// Block directories whose hash index disagrees with their entries or cannot be
+    /// walked: repair rebuilds it.
+    pub(crate) bad_index: BTreeSet<u64>,
+    /// Inodes whose block count is not what their forks hold, with the blocks of the data
+    /// fork (data and extent tree; the attr fork's are in `attr_blocks`).
+    pub(crate) wrong_counts: BTreeMap<u64, u64>,
+    /// Inodes whose extent map is damaged but partly readable: repair stores the extents
+    /// that verified anew.
+    pub(crate) rebuild_map: BTreeSet<u64>,
+    /// Block directories whose size does not span their data blocks, with the size that does.
+    pub(crate) wrong_dir_size: BTreeMap<u64, u64>,
+    /// Inodes whose map is cut to this many file blocks (a symlink mapping more blocks than
+    /// its target needs).
+    pub(crate) trim_map: BTreeMap<u64, u64>,
+    /// Directories with unwritten extents: repair drops those extents.
+    pub(crate) drop_unwritten: BTreeSet<u64>,
+    /// Blocks of each inode's attr fork (inodes that have any).
+    pub(crate) attr_blocks: BTreeMap<u64, u64>,
+    /// The leaf blocks each inode's attr fork names (the leaf form's one leaf; the index
+    /// form's fill leaf and the leaves its records name), for salvaging a damaged fork.
+    pub(crate) attr_leaves: BTreeMap<u64, Vec<u64>>,
+    /// The index tree blocks of each inode whose attr fork is in index form, as walked.
+    pub(crate) attr_tree_blocks: BTreeMap<u64, Vec<u64>>,
+    /// The extent tree blocks of each inode whose data fork is a tree, as walked.
+    pub(crate) tree_blocks: BTreeMap<u64, Vec<u64>>,
 }
 
 /// The state of one check run.
@@ -74,6 +112,9 @@ pub struct Checker<'a> {
     /// Repair mode: trust inode cores over chunk masks, scan for chunks when an inode tree
     /// cannot be walked, and keep `findings`.
     pub repairing: bool,
+    /// Repair mode: scan every AG for chunks, whatever its inode tree says (set when an
+    /// earlier survey found an entry naming a verified inode in no known chunk).
+    pub scan_all: bool,
     pub(crate) findings: Findings,
     /// The progress line (hidden unless the caller gives one).
     pub progress: Progress,
@@ -101,6 +142,7 @@ impl<'a> Checker<'a> {
             lsn_limit: Lsn::ZERO,
             file_extent_counts: Vec::new(),
             repairing: false,
+            scan_all: false,
             findings: Findings::default(),
             progress: Progress::hidden(),
         }
@@ -184,6 +226,16 @@ impl<'a> Checker<'a> {
         });
     }
 
+    /// What inode `number` must say of itself to verify.
+    pub(crate) fn inode_expected(&self, number: u64) -> Expected {
+        Expected {
+            kind: MetaKind::Inode,
+            blkno: number,
+            uuid: self.uuid,
+            owner: Some(number),
+        }
+    }
+
     fn expected(&self, kind: MetaKind, ag: u32, block: u32) -> Expected {
         let at = self.geometry.fs_block(AgNumber(ag), AgBlock(block));
         Expected {
@@ -225,6 +277,14 @@ impl<'a> Checker<'a> {
         match Superblock::read(&block, &expected) {
             Ok(copy) if copy.geometry != self.geometry => {
                 let message = format!("copy in AG {ag} disagrees with the primary's geometry");
+                self.report
+                    .add(Problem::new("superblock", Some(expected.blkno), message));
+            }
+            Ok(copy) if !same_settings(&copy, &self.superblock) => {
+                let message = format!(
+                    "copy in AG {ag} disagrees with the primary (root inode, features, label, \
+                     creation time or extent size hint)"
+                );
                 self.report
                     .add(Problem::new("superblock", Some(expected.blkno), message));
             }
@@ -333,4 +393,16 @@ impl<'a> Checker<'a> {
         self.report
             .add(Problem::new("block accounting", Some(start), message));
     }
+}
+
+/// Whether two superblocks agree on everything but their place and the counters (which only
+/// the primary keeps current).
+fn same_settings(a: &Superblock, b: &Superblock) -> bool {
+    a.features_compat == b.features_compat
+        && a.features_ro_compat == b.features_ro_compat
+        && a.features_incompat == b.features_incompat
+        && a.root_inode == b.root_inode
+        && a.label == b.label
+        && a.created_secs == b.created_secs
+        && a.extent_size_hint == b.extent_size_hint
 }

@@ -125,14 +125,7 @@ fn print_outcome(args: &Args, outcome: &Outcome) -> u8 {
         println!("left: {skipped}");
     }
     print_report(args, &outcome.after);
-    let changed = !outcome.actions.is_empty() || outcome.after != outcome.before;
-    if !outcome.after.is_clean() {
-        EXIT_UNCORRECTED
-    } else if changed {
-        EXIT_CORRECTED
-    } else {
-        EXIT_CLEAN
-    }
+    outcome.exit_code()
 }
 
 fn print_report(args: &Args, report: &Report) {

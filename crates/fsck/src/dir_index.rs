@@ -19,20 +19,38 @@ use crate::dir_read::{INDEX_FILE_BASE, Listing, entry_name};
 const LEVELS_SHIFT: u32 = 56;
 
 impl Checker<'_> {
-    /// Checks the index of block directory `dir` against its entries and its data fork.
-    pub(crate) fn check_dir_index(&mut self, dir: u64, extents: &[Extent], listing: &Listing) {
+    /// Checks the index of block directory `dir` against its entries and its data fork;
+    /// returns the index records if the tree could be walked.
+    pub(crate) fn check_dir_index(
+        &mut self,
+        dir: u64,
+        extents: &[Extent],
+        listing: &Listing,
+    ) -> Option<Vec<DirHashRecord>> {
+        let problems = self.report.problems.len();
+        let records = self.check_dir_index_inner(dir, extents, listing);
+        if self.repairing && self.report.problems.len() != problems {
+            self.findings.bad_index.insert(dir);
+        }
+        records
+    }
+
+    fn check_dir_index_inner(
+        &mut self,
+        dir: u64,
+        extents: &[Extent],
+        listing: &Listing,
+    ) -> Option<Vec<DirHashRecord>> {
         let Some(packed) = listing.index else {
             let message = "data block 0 has no index marker".to_string();
-            return self.dir_problem(dir, None, message);
+            self.dir_problem(dir, None, message);
+            return None;
         };
         // Bits 32..56 hold the filesystem's free-space hint (docs/fs.md), not the root.
         let root = packed & 0xffff_ffff;
         let levels = (packed >> LEVELS_SHIFT) as u32;
-        let walked =
-            self.walk_file_tree(MetaKind::DirBtree, dir, (root, levels), Self::dir_problem);
-        let Some((records, visited)) = walked else {
-            return;
-        };
+        let (records, visited) =
+            self.walk_file_tree(MetaKind::DirBtree, dir, (root, levels), Self::dir_problem)?;
         let mut mapped = BTreeSet::new();
         for extent in extents.iter().filter(|e| e.file_block >= INDEX_FILE_BASE) {
             if extent.file_block - INDEX_FILE_BASE != extent.fs_block.0 {
@@ -53,6 +71,54 @@ impl Checker<'_> {
             self.dir_problem(dir, None, message);
         }
         self.check_index_records(dir, &records, listing);
+        Some(records)
+    }
+
+    /// Reports names a directory holds twice; repair keeps, of each, the entry the index
+    /// files under that name's hash at its address (the other is damage), else the first,
+    /// and removes the others.
+    pub(crate) fn check_duplicate_names(
+        &mut self,
+        dir: u64,
+        listing: &mut Listing,
+        records: Option<&[DirHashRecord]>,
+    ) {
+        let mut by_name: HashMap<&[u8], Vec<usize>> = HashMap::new();
+        for (index, entry) in listing.entries.iter().enumerate() {
+            by_name.entry(&entry.name).or_default().push(index);
+        }
+        let indexed: BTreeSet<(u32, u32)> = records
+            .unwrap_or_default()
+            .iter()
+            .map(|r| (r.address, r.hash))
+            .collect();
+        let mut dropped = Vec::new();
+        for (_, places) in by_name.into_iter().filter(|(_, p)| p.len() > 1) {
+            let filed = |&&index: &&usize| {
+                let entry = &listing.entries[index];
+                let hash = name_hash(&entry.name);
+                indexed
+                    .range((entry.address, hash)..)
+                    .next()
+                    .is_some_and(|&(a, key)| {
+                        a == entry.address && key.wrapping_sub(hash) < places.len() as u32 + 64
+                    })
+            };
+            let keep = places.iter().find(filed).copied().unwrap_or(places[0]);
+            dropped.extend(places.into_iter().filter(|&index| index != keep));
+        }
+        dropped.sort_unstable();
+        for index in dropped.into_iter().rev() {
+            let message = format!(
+                "name '{}' is held by more than one entry",
+                entry_name(&listing.entries[index])
+            );
+            self.dir_problem(dir, None, message);
+            if self.repairing {
+                let entry = listing.entries.remove(index);
+                listing.drop.push((entry, "its name is another entry's"));
+            }
+        }
     }
 
     fn check_index_records(&mut self, dir: u64, records: &[DirHashRecord], listing: &Listing) {

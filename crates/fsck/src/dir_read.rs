@@ -2,7 +2,7 @@
 //! blocks mapped below file block 2^32 with the parent and index markers of block 0, and the
 //! hash index whose blocks are mapped at file block 2^32 + block (see docs/fs.md).
 
-use cairn_format::dir::{ShortformDir, dir_address, dir_data_entries};
+use cairn_format::dir::{ShortformDir, dir_address, dir_data_entries, dir_data_salvage};
 use cairn_format::inode::FileType;
 use cairn_format::{Expected, Extent, FsBlock, MetaKind, verify_header};
 
@@ -41,6 +41,9 @@ pub(crate) struct Listing {
     pub entries: Vec<Entry>,
     /// The packed index root of the `..index` marker, in block form.
     pub index: Option<u64>,
+    /// Entries repair removes, with why: of file type `Unknown` but not block 0's markers,
+    /// or a second entry of one name.
+    pub drop: Vec<(Entry, &'static str)>,
 }
 
 impl Checker<'_> {
@@ -70,6 +73,7 @@ impl Checker<'_> {
                             })
                             .collect(),
                         index: None,
+                        drop: Vec::new(),
                     }),
                     Err(err) => {
                         self.dir_problem(dir, None, err.to_string());
@@ -83,7 +87,14 @@ impl Checker<'_> {
 
     fn read_block_directory(&mut self, dir: u64, extents: &[Extent]) -> Option<Listing> {
         let mut listing = Listing::default();
+        // cairn-fs reads data blocks 0 up to the last one mapped and refuses a hole.
+        let mut next = 0;
         for extent in extents.iter().filter(|e| e.file_block < INDEX_FILE_BASE) {
+            if extent.file_block > next {
+                let message = format!("hole at data block {next}");
+                self.dir_problem(dir, None, message);
+            }
+            next = next.max(extent.file_end());
             if extent.unwritten {
                 let message = format!("data block {} is unwritten", extent.file_block);
                 self.dir_problem(dir, None, message);
@@ -123,18 +134,18 @@ impl Checker<'_> {
                 if !self.repairing {
                     return None;
                 }
-                // Repair salvages what decodes; a lost block 0 (the markers) loses the
-                // directory.
-                match dir_data_entries(&block) {
+                // Repair salvages what decodes and empties the rest (a lost block 0 gets
+                // its markers back; the index is rebuilt over what the blocks hold).
+                let mut copy = block.clone();
+                match dir_data_salvage(&mut copy) {
                     Ok(entries) => {
                         self.findings.restamp_dir_blocks.push((at, dir));
                         entries
                     }
-                    Err(_) if file_block > 0 => {
-                        self.findings.lost_dir_blocks.push((at, dir));
+                    Err(_) => {
+                        self.findings.lost_dir_blocks.push((at, dir, file_block));
                         Vec::new()
                     }
-                    Err(_) => return None,
                 }
             }
         };
@@ -147,6 +158,17 @@ impl Checker<'_> {
             } else if marker {
                 let message = format!("entry at offset {} has no file type", entry.offset);
                 self.dir_problem(dir, Some(at), message);
+                let address = u32::try_from(file_block)
+                    .ok()
+                    .and_then(|b| dir_address(b, entry.offset))
+                    .unwrap_or(u32::MAX);
+                let entry = Entry {
+                    name: entry.name,
+                    inode: entry.inode,
+                    file_type: entry.file_type,
+                    address,
+                };
+                listing.drop.push((entry, "no file type"));
             } else {
                 let address = u32::try_from(file_block)
                     .ok()

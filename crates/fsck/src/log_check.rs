@@ -3,9 +3,10 @@
 //! was written by a checkpoint the log never held (or its header is damaged).
 
 use cairn_blockdev::AlignedBuf;
-use cairn_format::header::block_lsn;
+use cairn_format::header::{block_crc, block_lsn};
 use cairn_format::log::{
-    LOG_RECORD_HEADER_BYTES, LogRecordHeader, decode_log_items, decode_log_record, log_header_crc,
+    LOG_FLAG_UNMOUNT, LOG_RECORD_HEADER_BYTES, LogRecordHeader, decode_log_items,
+    decode_log_record, log_header_crc,
 };
 use cairn_format::ondisk::get_u32;
 use cairn_format::{FsBlock, Lsn, MetaKind, OnDisk};
@@ -27,7 +28,11 @@ impl Checker<'_> {
     pub(crate) fn check_log(&mut self) {
         let at = Some(self.geometry.log_start);
         match Journal::needs_recovery(self.device, &self.superblock) {
-            Ok(false) => {}
+            Ok(false) => {
+                if let Some(fault) = self.head_record_fault() {
+                    self.report.add(Problem::new("log", at, fault));
+                }
+            }
             Ok(true) => {
                 let message = "the log holds checkpoints that were never replayed: mount the \
                                filesystem once to replay them, then check again";
@@ -45,9 +50,63 @@ impl Checker<'_> {
     /// The highest LSN of any record in the log whose header verifies and names this
     /// filesystem; zero for an empty log.
     pub(crate) fn newest_log_lsn(&mut self) -> Lsn {
+        self.newest_log_record().map_or(Lsn::ZERO, |(lsn, _)| lsn)
+    }
+
+    /// Why a log that needs no replay (as `Journal::needs_recovery` found) could not be
+    /// opened by recovery, if it could not: its newest record is not a clean unmount record
+    /// yet no record sits at the tail it names (recovery would start a log from a tail that
+    /// is not there), or its items do not decode (recovery decodes the items of every record
+    /// it walks that has any, the unmount record included).
+    pub(crate) fn head_record_fault(&mut self) -> Option<String> {
+        let (lsn, block) = self.newest_log_record()?;
+        let block_size = u64::from(self.geometry.block_size);
+        let at = FsBlock(self.geometry.log_start + block);
+        let head = self.read_log(at, 1)?;
+        let header = LogRecordHeader::decode(&head[..LOG_RECORD_HEADER_BYTES]).ok()?;
+        if header.flags & LOG_FLAG_UNMOUNT == 0 || header.tail_lsn != header.lsn {
+            return Some(format!(
+                "record {} (the newest) names tail {}, where no record is: the log cannot be \
+                 replayed; fsck.cairn -y discards it",
+                show_lsn(lsn),
+                show_lsn(header.tail_lsn)
+            ));
+        }
+        if header.op_count == 0 {
+            return None;
+        }
+        let bytes = LOG_RECORD_HEADER_BYTES as u64 + u64::from(header.payload_bytes);
+        let blocks = bytes.div_ceil(block_size);
+        let room = u64::from(self.geometry.log_blocks) - block;
+        let why = match self.read_log(at, blocks.min(room)) {
+            Some(raw) => decode_log_record(&raw)
+                .and_then(|(header, payload)| decode_log_items(payload, header.op_count))
+                .err()?
+                .to_string(),
+            None => "it cannot be read".to_string(),
+        };
+        Some(format!(
+            "record {} (the newest) holds items that do not decode ({why}): the log cannot be \
+             replayed; fsck.cairn -y discards it",
+            show_lsn(lsn)
+        ))
+    }
+
+    /// `count` log blocks from `at`, or `None` if they cannot be read.
+    fn read_log(&self, at: FsBlock, count: u64) -> Option<Vec<u8>> {
+        let mut buf = AlignedBuf::zeroed((count * u64::from(self.geometry.block_size)) as usize);
+        self.device
+            .read_at(self.geometry.byte_offset(at), &mut buf)
+            .ok()?;
+        Some(buf.to_vec())
+    }
+
+    /// The newest record of the log (whose header verifies and names this filesystem): its
+    /// LSN and the log block it starts at.
+    fn newest_log_record(&mut self) -> Option<(Lsn, u64)> {
         let block_size = u64::from(self.geometry.block_size);
         let log_blocks = u64::from(self.geometry.log_blocks);
-        let mut newest = Lsn::ZERO;
+        let mut newest: Option<(Lsn, u64)> = None;
         let mut first = 0;
         while first < log_blocks {
             let count = LOG_READ_BLOCKS.min(log_blocks - first);
@@ -59,9 +118,11 @@ impl Checker<'_> {
                 // `check_log` has reported an unreadable log already.
                 return newest;
             }
-            for sector in buf.chunks_exact(block_size as usize) {
-                if let Some(lsn) = self.record_lsn(sector) {
-                    newest = newest.max(lsn);
+            for (index, sector) in buf.chunks_exact(block_size as usize).enumerate() {
+                if let Some(lsn) = self.record_lsn(sector)
+                    && newest.is_none_or(|(best, _)| lsn > best)
+                {
+                    newest = Some((lsn, first + index as u64));
                 }
             }
             first += count;
@@ -109,7 +170,8 @@ impl Checker<'_> {
         valid.then_some(header.lsn)
     }
 
-    /// Checks the header LSN of every metadata block (or inode, in chunk reads) in `buf`.
+    /// Checks the header LSN of every metadata block (or inode, in chunk reads) in `buf`
+    /// (the first late one is reported; repair notes every one it can set back).
     pub(crate) fn check_lsns(&mut self, at: FsBlock, what: &str, buf: &[u8]) {
         let block_size = self.geometry.block_size as usize;
         let stride = if what == MetaKind::Inode.name() {
@@ -117,6 +179,7 @@ impl Checker<'_> {
         } else {
             block_size
         };
+        let mut reported = false;
         for (index, piece) in buf.chunks_exact(stride).enumerate() {
             if MetaKind::from_magic(get_u32(piece, 0)).is_none() {
                 continue;
@@ -124,15 +187,24 @@ impl Checker<'_> {
             let Some(lsn) = block_lsn(piece) else {
                 continue;
             };
-            if lsn > self.lsn_limit {
-                let block = at.0 + (index * stride / block_size) as u64;
+            if lsn <= self.lsn_limit {
+                continue;
+            }
+            let block = at.0 + (index * stride / block_size) as u64;
+            // Repair sets the LSN back when the piece's CRC covers it (the LSN itself is the
+            // damage); a piece that does not verify is repaired or dropped whole.
+            if self.repairing && get_u32(piece, 4) == block_crc(piece) {
+                let offset = (index * stride) % block_size;
+                self.findings.future_lsns.push((block, offset, stride));
+            }
+            if !reported {
                 let message = format!(
                     "LSN {} is later than the newest log record ({})",
                     show_lsn(lsn),
                     show_lsn(self.lsn_limit)
                 );
                 self.report.add(Problem::new(what, Some(block), message));
-                return;
+                reported = true;
             }
         }
     }

@@ -6,7 +6,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use cairn_blockdev::AlignedBuf;
 use cairn_format::inode::{FileType, ForkFormat, InodeCore, local_bytes};
+use cairn_format::limits::INODES_PER_CHUNK;
 use cairn_format::types::NULL_AG_INODE;
 use cairn_format::{Extent, InodeNumber};
 
@@ -16,6 +18,9 @@ use crate::report::Problem;
 
 /// Most members one unlinked bucket may hold before the list is called a cycle.
 const UNLINKED_CHAIN_MAX: usize = 1 << 24;
+/// Most entries naming unknown inodes that repair reads, looking for a chunk the inode trees
+/// lost (a directory of dangling entries must not cost a read each).
+const UNKNOWN_PROBES_MAX: usize = 256;
 
 /// What the namespace phase needs of one in-use inode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,8 +94,12 @@ impl Checker<'_> {
 
     /// Runs the namespace checks over what the chunk walk recorded.
     pub(crate) fn check_namespace(&mut self) {
+        let problems = self.report.problems.len();
         let root = self.superblock.root_inode;
         let names = self.gather_names();
+        if self.repairing && !self.scan_all {
+            self.findings.unknown_chunks = self.names_unknown_chunk(&names);
+        }
         self.check_entries(&names);
         self.check_parents(root, &names);
         let unlinked = self.walk_unlinked_lists(&names);
@@ -100,6 +109,7 @@ impl Checker<'_> {
         if self.repairing {
             self.findings.names = names;
             self.findings.unlinked = unlinked;
+            self.findings.namespace_problems = self.report.problems.len() - problems;
         }
     }
 
@@ -111,11 +121,12 @@ impl Checker<'_> {
             .filter_map(|(&number, seen)| seen.dir.clone().map(|source| (number, source)))
             .collect();
         for (dir, source) in dirs {
-            let Some(listing) = self.read_directory(dir, &source) else {
+            let Some(mut listing) = self.read_directory(dir, &source) else {
                 continue;
             };
             if let DirSource::Blocks(extents) = &source {
-                self.check_dir_index(dir, extents, &listing);
+                let records = self.check_dir_index(dir, extents, &listing);
+                self.check_duplicate_names(dir, &mut listing, records.as_deref());
             }
             names.sources.insert(dir, source);
             for entry in &listing.entries {
@@ -278,6 +289,9 @@ impl Checker<'_> {
             }
         }
         for (number, found, expected) in wrong {
+            if self.repairing && expected > 0 {
+                self.findings.wrong_nlink.insert(number, expected);
+            }
             let message = if expected == 0 {
                 format!("inode {number} has no links but is not on an unlinked list")
             } else {
@@ -304,4 +318,44 @@ fn reachable(root: u64, names: &Names) -> BTreeSet<u64> {
         }
     }
     reached
+}
+
+impl Checker<'_> {
+    /// Whether an entry names an inode outside every chunk the inode trees gave that
+    /// verifies and is in use: the trees lost its chunk, and a survey must scan for chunks.
+    fn names_unknown_chunk(&self, names: &Names) -> bool {
+        let g = self.geometry;
+        let known: BTreeSet<(u32, u32)> = self
+            .findings
+            .chunks
+            .iter()
+            .map(|(ag, chunk)| (*ag, chunk.start))
+            .collect();
+        let dangling = names
+            .listings
+            .values()
+            .flat_map(|listing| &listing.entries)
+            .filter(|entry| !self.inodes.contains_key(&entry.inode))
+            .take(UNKNOWN_PROBES_MAX);
+        dangling.into_iter().any(|entry| {
+            let Some((ag, block, slot)) = g.inode_location(InodeNumber(entry.inode)) else {
+                return false;
+            };
+            let start = ((block.0 << g.inodes_per_block_log) + slot) & !(INODES_PER_CHUNK - 1);
+            !known.contains(&(ag.0, start)) && self.inode_in_use(entry.inode)
+        })
+    }
+
+    /// Whether inode `number` verifies and is in use, read straight from the device.
+    fn inode_in_use(&self, number: u64) -> bool {
+        let g = self.geometry;
+        let Some((at, offset)) = g.inode_position(InodeNumber(number)) else {
+            return false;
+        };
+        let mut buf = AlignedBuf::zeroed(g.block_size as usize);
+        let expected = self.inode_expected(number);
+        self.device.read_at(g.byte_offset(at), &mut buf).is_ok()
+            && InodeCore::read(&buf[offset..offset + g.inode_size as usize], &expected)
+                .is_ok_and(|core| core.file_type().is_some())
+    }
 }

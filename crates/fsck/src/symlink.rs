@@ -41,9 +41,21 @@ impl Checker<'_> {
                 .add(Problem::new("inode", Some(number.0), message));
             return self.lose_symlink(number, "its target length is invalid");
         }
+        let needed = core.size.div_ceil(capacity);
+        let mapped: u64 = extents.iter().map(|e| u64::from(e.length)).sum();
+        if mapped > needed {
+            // cairn-fs reads every block the map holds as a piece of the target.
+            let message =
+                format!("symlink {number}: maps {mapped} blocks, its target needs {needed}");
+            self.report.add(Problem::new(what, None, message));
+            if self.repairing {
+                self.findings.rebuild_map.insert(number.0);
+                self.findings.trim_map.insert(number.0, needed);
+            }
+        }
         let mut salvage = Vec::new();
         let mut lost = false;
-        for index in 0..core.size.div_ceil(capacity) {
+        for index in 0..needed {
             let offset = index * capacity;
             let length = capacity.min(core.size - offset);
             let Some(at) = mapped_block(extents, index, self.geometry.block_count) else {

@@ -1,12 +1,12 @@
 //! Attribute forks: the short form is decoded and checked; an Extents attr fork must map one
-//! leaf block at attr block 0, which is read, verified (kind, own address, owner = the inode,
-//! UUID, CRC) and decoded, and its remote values' blocks checked against the device's end.
-//! A Btree attr fork (index form) holds the index root: the index tree is walked (verifier,
-//! levels, siblings, keys strictly increasing), and its records must name exactly the
-//! attributes of the leaves they point at (each leaf checked as above, each attribute under
-//! its name's hash, once); the fill leaf must be one of them. The tree, leaf and remote
-//! blocks are claimed; their number is the attr fork's share of the inode's block count.
-//! Attributes of the System namespace must be valid POSIX ACLs
+//! written leaf block at attr block 0, which is read, verified (kind, own address, owner =
+//! the inode, UUID, CRC) and decoded, and its remote values' blocks checked against the
+//! device's end. A Btree attr fork (index form) holds the index root: the index tree is
+//! walked (verifier, levels, siblings, keys strictly increasing), and its records must name
+//! exactly the attributes of the leaves they point at (each leaf checked as above, each
+//! attribute under its name's hash, once); the fill leaf must be one of them. The tree, leaf
+//! and remote blocks are claimed; their number is the attr fork's share of the inode's block
+//! count. Attributes of the System namespace must be valid POSIX ACLs
 //! (`system.posix_acl_access`, and `system.posix_acl_default` on directories only).
 
 use std::collections::BTreeMap;
@@ -76,6 +76,7 @@ impl Checker<'_> {
         let leaf = match extents.as_slice() {
             [e] if e.file_block == 0
                 && e.length == 1
+                && !e.unwritten
                 && e.fs_block.0 < self.geometry.block_count =>
             {
                 e.fs_block.0
@@ -86,19 +87,22 @@ impl Checker<'_> {
                 return 0;
             }
         };
+        if self.repairing {
+            self.findings.attr_leaves.insert(number.0, vec![leaf]);
+        }
         self.check_leaf_block(number, leaf, core)
             .map_or(1, |(_, blocks)| blocks)
     }
 
-    /// Claims, reads and checks leaf block `leaf` of inode `number` and the remote values it
-    /// points at; returns it decoded (unless it failed its checks) and the blocks claimed.
+    /// Reads and checks leaf block `leaf` of inode `number` and the remote values it points
+    /// at, and claims them if it verifies; returns it decoded (unless it failed its checks)
+    /// and the blocks claimed.
     fn check_leaf_block(
         &mut self,
         number: InodeNumber,
         leaf: u64,
         core: &InodeCore,
     ) -> Option<(XattrLeaf, u64)> {
-        self.claim_for(number.0, leaf, 1, "xattr leaf");
         let Some(block) = self.read_block(FsBlock(leaf), MetaKind::AttrBlock.name()) else {
             self.findings.broken_attr.insert(number.0);
             return None;
@@ -119,6 +123,9 @@ impl Checker<'_> {
                 return None;
             }
         };
+        // Claimed only once it verifies: a record or fork damaged to name another
+        // structure's block must not take it from its owner.
+        self.claim_for(number.0, leaf, 1, "xattr leaf");
         let mut blocks = 1;
         let block_size = self.geometry.block_size;
         for entry in &decoded.entries {
@@ -157,6 +164,11 @@ impl Checker<'_> {
                 return 0;
             }
         };
+        if self.repairing {
+            self.findings
+                .attr_leaves
+                .insert(number.0, root.fill.iter().map(|fill| fill.0).collect());
+        }
         let walked = self.walk_file_tree::<XattrIndexRecord>(
             MetaKind::AttrBtree,
             number.0,
@@ -170,6 +182,10 @@ impl Checker<'_> {
         for &block in &tree_blocks {
             self.claim_for(number.0, block, 1, "xattr index tree");
         }
+        if self.repairing {
+            let blocks = tree_blocks.iter().copied().collect();
+            self.findings.attr_tree_blocks.insert(number.0, blocks);
+        }
         if records
             .windows(2)
             .any(|pair| pair[0].key() >= pair[1].key())
@@ -180,6 +196,11 @@ impl Checker<'_> {
         let mut by_leaf: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
         for record in &records {
             by_leaf.entry(record.leaf.0).or_default().push(record.hash);
+        }
+        if self.repairing
+            && let Some(leaves) = self.findings.attr_leaves.get_mut(&number.0)
+        {
+            leaves.extend(by_leaf.keys());
         }
         if let Some(fill) = root.fill.filter(|fill| !by_leaf.contains_key(&fill.0)) {
             let message = format!("the fill leaf {} is not one of the index's leaves", fill.0);
@@ -217,19 +238,10 @@ impl Checker<'_> {
         value: &[u8],
         core: &InodeCore,
     ) {
-        let shown = String::from_utf8_lossy(name).into_owned();
         let is_dir = core.file_type() == Some(FileType::Directory);
-        let message = if name == ACL_DEFAULT_NAME && !is_dir {
-            "a default ACL on something other than a directory".to_string()
-        } else if name != ACL_ACCESS_NAME && name != ACL_DEFAULT_NAME {
-            "not a POSIX ACL name".to_string()
-        } else {
-            match Acl::decode(value) {
-                Ok(_) => return,
-                Err(err) => err.to_string(),
-            }
-        };
-        self.attr_problem(number, block, format!("system.{shown}: {message}"));
+        if let Some(fault) = system_attr_fault(name, value, is_dir) {
+            self.attr_problem(number, block, fault);
+        }
     }
 
     /// An inode whose data fork holds no blocks (Local or Device) counts its attr blocks only.
@@ -241,6 +253,9 @@ impl Checker<'_> {
     ) {
         let unmapped = matches!(core.data_format, ForkFormat::Local | ForkFormat::Device);
         if unmapped && core.block_count != attr_blocks {
+            if self.repairing {
+                self.findings.wrong_counts.insert(number.0, 0);
+            }
             let message = format!(
                 "inode {number}: block count is {}, its attr fork holds {attr_blocks}",
                 core.block_count
@@ -249,4 +264,19 @@ impl Checker<'_> {
                 .add(Problem::new("inode", Some(number.0), message));
         }
     }
+}
+
+/// Why an attribute of the System namespace named `name` (the part after `system.`) with
+/// `value` is not a valid POSIX ACL of its inode (`is_dir`: the inode is a directory), or
+/// `None` if it is one.
+pub(crate) fn system_attr_fault(name: &[u8], value: &[u8], is_dir: bool) -> Option<String> {
+    let shown = String::from_utf8_lossy(name).into_owned();
+    let message = if name == ACL_DEFAULT_NAME && !is_dir {
+        "a default ACL on something other than a directory".to_string()
+    } else if name != ACL_ACCESS_NAME && name != ACL_DEFAULT_NAME {
+        "not a POSIX ACL name".to_string()
+    } else {
+        Acl::decode(value).err()?.to_string()
+    };
+    Some(format!("system.{shown}: {message}"))
 }

@@ -15,7 +15,7 @@ use cairn_format::inode::{InodeCore, fork_extents, put_fork_extents};
 use cairn_format::limits::{AG_AGF_BLOCK, AG_AGFL_BLOCK, AG_AGI_BLOCK};
 use cairn_format::log::{LOG_RECORD_HEADER_BYTES, decode_log_record, encode_log_record};
 use cairn_format::{AgBlock, AgNumber, FsBlock, InodeNumber, MetaKind, OnDisk};
-use cairn_fs::{Credentials, FileKind, Filesystem, MountOptions, XattrFlags};
+use cairn_fs::{Credentials, FileKind, Filesystem, MountOptions, RenameMode, XattrFlags};
 use common::{Image, SECTOR, blocks_with_magic, edit_block, edit_inode, populated, text};
 
 fn fsck(args: &[&str]) -> std::process::Output {
@@ -191,6 +191,55 @@ fn primary_superblock_with_a_wrong_field() {
     }
 }
 
+// With two AGs the primary and its one copy tie; the one the AG headers, the root inode
+// and the log agree with wins, whichever of the two was changed (with its CRC recomputed).
+#[test]
+fn primary_and_copy_tie_in_two_ags() {
+    let field = |offset: usize, delta: u64| {
+        move |raw: &mut [u8]| {
+            let value = u32::from_le_bytes(raw[offset..offset + 4].try_into().unwrap());
+            let value = u64::from(value).wrapping_add(delta) as u32;
+            raw[offset..offset + 4].copy_from_slice(&value.to_le_bytes());
+        }
+    };
+    let uuid = |raw: &mut [u8]| raw[24] ^= 0x40;
+    let root_inode = |raw: &mut [u8]| raw[120] ^= 1;
+    type Edit<'a> = &'a dyn Fn(&mut [u8]);
+    let edits: [(Edit, &str); 3] = [
+        (&field(72, 1), "ag_blocks + 1"),
+        (&uuid, "uuid"),
+        (&root_inode, "root_inode"),
+    ];
+    for (edit, what) in edits {
+        for damaged_copy in [false, true] {
+            let image = common::populated_in(Some(2));
+            let at = if damaged_copy {
+                u64::from(image.geometry.ag_blocks)
+            } else {
+                0
+            };
+            edit_block(&image, at, edit);
+            let path = image.path.to_str().unwrap();
+            let repaired = fsck(&["-y", path]);
+            let said = text(&repaired);
+            assert_eq!(
+                repaired.status.code(),
+                Some(1),
+                "{what}, copy {damaged_copy}:\n{said}"
+            );
+            let again = fsck(&["-n", path]);
+            assert_eq!(
+                again.status.code(),
+                Some(0),
+                "{what}:\n{}\n{said}",
+                text(&again)
+            );
+            assert_eq!(common::superblock(&image.path).geometry, image.geometry);
+            assert_eq!(read_root_file(&image.path, b"f1", 10240), vec![7u8; 10240]);
+        }
+    }
+}
+
 // A bad CRC in a free-space or inode tree block is repaired by rebuilding the trees.
 #[test]
 fn bad_crc_in_ag_trees() {
@@ -254,7 +303,8 @@ fn bad_crc_in_directory_index() {
     fs.unmount().unwrap();
 }
 
-// An extent tree block with a bad CRC: the file cannot be saved and is cleared.
+// An extent tree leaf with a bad CRC: its extents are lost (the file reads zeros there)
+// but the file stays, with its size, and its map is stored anew.
 #[test]
 fn bad_crc_in_extent_tree_block() {
     let rich = rich();
@@ -263,9 +313,15 @@ fn bad_crc_in_extent_tree_block() {
     flip(&rich.image, block, 100);
     let said = repair_cycle(&rich.image, MetaKind::BmapBtree.name());
     assert!(
-        said.contains(&format!("inode {}: cleared", rich.fragmented)),
+        said.contains(&format!("inode {}: extent map rebuilt", rich.fragmented)),
         "{said}"
     );
+    let (_device, fs) = mount_file(&rich.image.path);
+    let attr = fs.getattr(rich.fragmented).unwrap();
+    assert_eq!(attr.size, 159 * u64::from(rich.image.geometry.block_size));
+    let data = fs.read(rich.fragmented, 0, 4096).unwrap();
+    assert!(data.iter().all(|&b| b == 0));
+    fs.unmount().unwrap();
 }
 
 // An xattr leaf with a bad CRC: the attributes are dropped, the file's data kept.
@@ -338,7 +394,8 @@ fn symlink_block_with_a_bad_length_is_cleared() {
     fs.unmount().unwrap();
 }
 
-// A block claimed by two files stays with the lower inode and is dropped from the other.
+// A block claimed by two files stays with the lower inode; the other gets a copy (as
+// e2fsck clones multiply-claimed blocks), so both read what they read before.
 #[test]
 fn block_claimed_twice() {
     let image = populated();
@@ -353,10 +410,14 @@ fn block_claimed_twice() {
     });
     let said = repair_cycle(&image, "claimed by both");
     assert!(
-        said.contains(&format!("inode {}: dropped extent", image.f2)),
+        said.contains(&format!("inode {}: blocks", image.f2)) && said.contains("copied"),
         "{said}"
     );
     assert_eq!(read_root_file(&image.path, b"f1", 10240), vec![7u8; 10240]);
+    assert_eq!(
+        read_root_file(&image.path, b"f2link", 10240),
+        vec![7u8; 10240]
+    );
 }
 
 // A block no structure owns (leaked) goes back to free space; a wrong AGF free count is set.
@@ -393,17 +454,23 @@ fn wrong_link_count() {
     assert!(said.contains("link count 5 set to 1"), "{said}");
 }
 
+/// Removes the entry `name` from the short-form root directory of `image`.
+fn remove_root_entry(image: &Image, name: &[u8]) {
+    edit_inode(image, image.root, |core, fork| {
+        let mut sf = ShortformDir::decode(&fork[..core.size as usize]).unwrap();
+        sf.entries.retain(|e| e.name != name);
+        let bytes = sf.encode().unwrap();
+        fork.fill(0);
+        fork[..bytes.len()].copy_from_slice(&bytes);
+        core.size = bytes.len() as u64;
+    });
+}
+
 // A directory cut off from the root goes to /lost+found under its inode number.
 #[test]
 fn disconnected_directory() {
     let image = populated();
-    edit_inode(&image, image.root, |core, fork| {
-        let mut sf = ShortformDir::decode(&fork[..core.size as usize]).unwrap();
-        sf.entries.retain(|e| e.name != b"a");
-        let bytes = sf.encode().unwrap();
-        fork[..bytes.len()].copy_from_slice(&bytes);
-        core.size = bytes.len() as u64;
-    });
+    remove_root_entry(&image, b"a");
     let said = repair_cycle(&image, "not reachable from the root");
     assert!(said.contains("moved to /lost+found"), "{said}");
     let (_device, fs) = mount_file(&image.path);
@@ -412,6 +479,42 @@ fn disconnected_directory() {
     let a = fs
         .lookup(lost.inode, image.a.to_string().as_bytes())
         .unwrap();
+    assert_eq!(a.inode, image.a);
+    assert!(fs.lookup(a.inode, b"b").is_ok());
+    fs.unmount().unwrap();
+}
+
+// A directory cut off from the root that holds a directory of a lower inode number: the
+// top of the cut-off subtree goes to /lost+found and the directory below stays in it (it
+// used to go first, cut from its parent as if in a cycle).
+#[test]
+fn disconnected_subtree_moves_whole() {
+    let image = populated();
+    assert!(image.a < image.big);
+    let (device, fs) = mount_file(&image.path);
+    let who = Credentials::root();
+    fs.rename(
+        fs.root(),
+        b"a",
+        image.big,
+        b"a",
+        RenameMode::NoReplace,
+        &who,
+    )
+    .unwrap();
+    fs.unmount().unwrap();
+    std::fs::write(&image.path, device.snapshot()).unwrap();
+    remove_root_entry(&image, b"big");
+    let said = repair_cycle(&image, "not reachable from the root");
+    assert!(!said.contains("cycle"), "{said}");
+    assert!(
+        !said.contains(&format!("inode {}: disconnected", image.a)),
+        "{said}"
+    );
+    let (_device, fs) = mount_file(&image.path);
+    let lost = fs.lookup(fs.root(), b"lost+found").unwrap().inode;
+    let big = fs.lookup(lost, image.big.to_string().as_bytes()).unwrap();
+    let a = fs.lookup(big.inode, b"a").unwrap();
     assert_eq!(a.inode, image.a);
     assert!(fs.lookup(a.inode, b"b").is_ok());
     fs.unmount().unwrap();
@@ -437,14 +540,7 @@ fn many_disconnected_files_go_to_a_block_form_lost_found() {
     let first = fs.lookup(lost, (image.big + 1).to_string().as_bytes());
     assert!(first.is_ok());
     fs.unmount().unwrap();
-    edit_inode(&image, image.root, |core, fork| {
-        let mut sf = ShortformDir::decode(&fork[..core.size as usize]).unwrap();
-        sf.entries.retain(|e| e.name != b"a");
-        let bytes = sf.encode().unwrap();
-        fork.fill(0);
-        fork[..bytes.len()].copy_from_slice(&bytes);
-        core.size = bytes.len() as u64;
-    });
+    remove_root_entry(&image, b"a");
     let said = repair_cycle(&image, "not reachable from the root");
     assert!(
         said.contains("rewritten in block form with 301 entries"),

@@ -1,10 +1,11 @@
 //! The attribute checks: POSIX ACLs in the System namespace must decode and be valid lists;
 //! a broken one is found (`-n`, exit 4) and the attributes dropped by `-y`, after which the
-//! image is clean and mounts.
+//! image is clean and mounts. A damaged attr fork keeps the attributes that verify.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cairn_blockdev::MemDevice;
@@ -107,11 +108,31 @@ fn found_and_repaired(image: &common::Image, want: &str) {
     common::mounts(&image.path);
 }
 
+/// The attributes of inode `f` of the image, by name.
+fn attributes(image: &common::Image, f: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let bytes = std::fs::read(&image.path).unwrap();
+    let device = Arc::new(MemDevice::from_image(bytes, SECTOR).unwrap());
+    let fs = Filesystem::mount(device, MountOptions::default()).unwrap();
+    let who = Credentials::root();
+    let names = fs.listxattr(f, &who).unwrap();
+    let all = names
+        .into_iter()
+        .map(|name| {
+            let value = fs.getxattr(f, &name, &who).unwrap();
+            (name, value)
+        })
+        .collect();
+    fs.unmount().unwrap();
+    all
+}
+
 // The index form is clean as written; a damaged index tree block is found by its verifier,
-// and the attributes are dropped by -y (the file stays).
+// and -y builds the index anew over the leaves: every attribute is kept.
 #[test]
 fn damaged_index_tree_block() {
-    let (image, _) = index_form_image();
+    let (image, f) = index_form_image();
+    let before = attributes(&image, f);
+    assert_eq!(before.len(), 300);
     let path = image.path.to_str().unwrap();
     assert_eq!(
         fsck(&["-n", path]).status.code(),
@@ -125,6 +146,36 @@ fn damaged_index_tree_block() {
     byte[0] ^= 0x40;
     common::write_bytes(&image.path, at, &byte);
     found_and_repaired(&image, MetaKind::AttrBtree.name());
+    assert_eq!(attributes(&image, f), before);
+}
+
+// A damaged leaf of the index form loses its own attributes only: the other leaves keep
+// theirs, under an index built anew.
+#[test]
+fn damaged_index_form_leaf() {
+    let (image, f) = index_form_image();
+    let before = attributes(&image, f);
+    let leaves = common::blocks_with_magic(&image, &MetaKind::AttrBlock.magic().to_le_bytes());
+    assert!(leaves.len() >= 3, "300 attributes fill several leaves");
+    let at = leaves[1] * u64::from(image.geometry.block_size) + 100;
+    let mut byte = common::read_bytes(&image.path, at, 1);
+    byte[0] ^= 0x40;
+    common::write_bytes(&image.path, at, &byte);
+    found_and_repaired(&image, MetaKind::AttrBlock.name());
+    let after = attributes(&image, f);
+    assert!(
+        !after.is_empty() && after.len() < before.len(),
+        "{}",
+        after.len()
+    );
+    for (name, value) in &after {
+        assert_eq!(
+            before.get(name),
+            Some(value),
+            "{}",
+            String::from_utf8_lossy(name)
+        );
+    }
 }
 
 // An index record pointing at a leaf that does not hold its attribute (CRC re-stamped, so

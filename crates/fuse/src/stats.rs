@@ -309,6 +309,8 @@ impl RequestStats {
 pub fn render(fs: &FsStats, requests: &RequestStats) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "uptime_secs: {:.1}", requests.uptime_secs());
+    let shutdown = fs.shutdown.as_deref().unwrap_or("no");
+    let _ = writeln!(out, "shut_down: {shutdown}");
     section(&mut out, "fs", &format!("{:#?}", fs.fs));
     section(&mut out, "bufcache", &format!("{:#?}", fs.bufcache));
     section(&mut out, "journal", &format!("{:#?}", fs.journal));
@@ -398,7 +400,8 @@ mod tests {
     // Every subsystem's counters are in the text, each under its own header.
     #[test]
     fn render_has_a_section_per_subsystem() {
-        let fs = FsStats {
+        let mut fs = FsStats {
+            shutdown: None,
             fs: Default::default(),
             bufcache: Default::default(),
             journal: Default::default(),
@@ -415,6 +418,13 @@ mod tests {
         }
         assert!(text.contains("preallocated_blocks: 0"), "{text}");
         assert!(text.contains("reclaimable_objects: 0"), "{text}");
+        assert!(text.contains("shut_down: no\n"), "{text}");
+        fs.shutdown = Some("a dirty transaction was cancelled".to_string());
+        let text = render(&fs, &RequestStats::default());
+        assert!(
+            text.contains("shut_down: a dirty transaction was cancelled\n"),
+            "{text}"
+        );
     }
 
     // A debug dump becomes one indented field a line under its section header.

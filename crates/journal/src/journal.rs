@@ -332,6 +332,11 @@ impl Journal {
         inner.write_marker(true)
     }
 
+    /// Why the journal shut down (the first cause), or `None` while it runs.
+    pub fn shutdown_reason(&self) -> Option<String> {
+        self.inner.shutdown.lock().clone()
+    }
+
     /// A snapshot of the counters.
     pub fn stats(&self) -> JournalStats {
         self.inner.stats.snapshot()
@@ -426,9 +431,17 @@ impl Inner {
         }
     }
 
-    /// Stops the journal: every later operation fails, and waiters wake up to see it.
+    /// Stops the journal: every later operation fails, and waiters wake up to see it. The
+    /// first cause is kept (for `Journal::shutdown_reason`) and logged at error level; later
+    /// ones are consequences.
     pub(crate) fn shut_down(&self, reason: String) {
-        self.shutdown.lock().get_or_insert(reason);
+        {
+            let mut shutdown = self.shutdown.lock();
+            if shutdown.is_none() {
+                tracing::error!(%reason, "the filesystem shut down: {reason}");
+                *shutdown = Some(reason);
+            }
+        }
         self.space_changed.notify_all();
         self.completed_changed.notify_all();
         self.writer_turn.notify_all();

@@ -311,7 +311,8 @@ fn small_log_wraps_under_pressure() {
     }
 }
 
-// Cancelling a clean transaction is fine; cancelling a dirty one shuts the journal down.
+// Cancelling a clean transaction is fine; cancelling a dirty one shuts the journal down,
+// and the journal keeps that first cause (what `cairn stats` shows) over later ones.
 #[test]
 fn dirty_cancel_shuts_down() {
     let (device, sb) = make_fs(64 << 20, None);
@@ -320,6 +321,7 @@ fn dirty_cancel_shuts_down() {
     let spec: ReadSpec = spec();
     assert!(tx.get_buf(test_block(&sb, 0), &spec).is_err());
     tx.cancel().unwrap();
+    assert_eq!(journal.shutdown_reason(), None);
     let mut tx = journal.begin(reservation(&sb, 1)).unwrap();
     create_block(&mut tx, &sb, 0, 1);
     assert!(matches!(tx.cancel(), Err(JournalError::Shutdown { .. })));
@@ -327,6 +329,11 @@ fn dirty_cancel_shuts_down() {
         journal.begin(reservation(&sb, 1)),
         Err(JournalError::Shutdown { .. })
     ));
+    assert!(journal.force_all().is_err());
+    assert_eq!(
+        journal.shutdown_reason().as_deref(),
+        Some("a dirty transaction was cancelled")
+    );
     let too_big = Reservation::new(1 << 40);
     assert!(journal.begin(too_big).is_err());
 }

@@ -1,20 +1,28 @@
-//! Phase 1 of repair: inodes. Inodes whose core or extent tree cannot be read are cleared.
-//! Every block an inode's forks claim must lie inside the device and inside one AG and be
-//! claimed by nothing else: static metadata wins, then the lowest inode; a losing data extent
-//! is dropped from its file (an extent tree that loses a block, or cannot hold the remaining
-//! extents inline, clears the inode), a losing xattr block drops the attr fork. Block counts
-//! are then set to what the forks keep. A symlink target block whose header is damaged but
+//! Phase 1 of repair: inodes. Inodes whose core cannot be read are cleared. Every block an
+//! inode's forks claim must lie inside the device and inside one AG and be claimed by
+//! nothing else: static metadata wins, then inodes' tree and xattr blocks (the lowest inode
+//! first), then file data. A data extent that overlaps static metadata or another inode's
+//! tree or xattr blocks is dropped from its file; one that overlaps another file's data is
+//! given a copy of those blocks in space nobody claims (as e2fsck clones multiply-claimed
+//! blocks), so neither file loses what it reads. A losing xattr block drops the attr fork.
+//! An extent map that was damaged (a tree block that does not verify, keys out of order,
+//! siblings or counts that disagree) or lost extents is rebuilt from the extents that
+//! verified (overlapping ones dropped) and stored inline or as a new tree. Block counts are
+//! then set to what the forks keep. A symlink target block whose header is damaged but
 //! whose piece of the target is intact gets its header rewritten; a symlink whose target
 //! cannot be read is cleared.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
+use cairn_format::header::stamp;
 use cairn_format::inode::{
-    BmapRoot, ForkFormat, INODE_CORE_SIZE, InodeCore, free_inode_core, put_fork_extents,
+    BmapRoot, ForkFormat, INODE_CORE_SIZE, InodeCore, clear_inode_spare, free_inode_core,
 };
 use cairn_format::symlink::SymlinkHeader;
-use cairn_format::{Extent, FsBlock, InodeNumber, MetaHeader, MetaKind, OnDisk};
+use cairn_format::{Extent, FsBlock, InodeNumber, Lsn, MetaHeader, MetaKind, OnDisk};
 
+use super::attrs::{AttrFaults, AttrFound};
+use super::fork_map::BlockSource;
 use super::{RepairError, Repairer, space};
 use crate::check::{Checker, Claim};
 
@@ -23,13 +31,18 @@ use crate::check::{Checker, Claim};
 struct InodeFix {
     /// Data extents (fs block, length) to drop, with why.
     drop_extents: Vec<(u64, u32, String)>,
-    /// An extent tree block was lost: the extents must go inline.
-    tree_lost: bool,
-    drop_attr: bool,
-    /// Blocks the kept forks hold: data, tree, attr.
-    data_blocks: u64,
-    tree_blocks: u64,
-    attr_blocks: u64,
+    /// Data extents (fs block, length) whose blocks another file owns: given a copy.
+    clone_extents: Vec<(u64, u32)>,
+    /// The extent map must be stored anew (a tree block was lost or the map is damaged).
+    rebuild_map: bool,
+    /// Tree blocks that belong to something else (not reused by the rebuild).
+    lost_tree_blocks: Vec<u64>,
+    /// Unwritten extents are dropped (a directory's).
+    drop_unwritten: bool,
+    /// The map keeps only file blocks below this (a symlink's blocks past its target).
+    keep_below: Option<u64>,
+    /// The attr fork is damaged or claims blocks it may not keep: it is salvaged.
+    attr: Option<AttrFaults>,
 }
 
 /// Phase 1's decisions, made from one survey.
@@ -37,16 +50,39 @@ struct InodeFix {
 pub(crate) struct InodePlan {
     clear: BTreeMap<u64, String>,
     fixes: BTreeMap<u64, InodeFix>,
+    /// The data extents of the inodes in `fixes`.
     extents: BTreeMap<u64, Vec<Extent>>,
-    block_counts: BTreeMap<u64, u64>,
+    /// The extent tree blocks and attr fork blocks of the inodes in `fixes`.
+    tree_blocks: BTreeMap<u64, Vec<u64>>,
+    attr_blocks: BTreeMap<u64, u64>,
     /// Symlink blocks (block, symlink) whose header is rewritten, their target kept.
     restamp_symlinks: Vec<(u64, u64)>,
+    /// Inodes whose spare bytes are cleared.
+    restamp_inodes: Vec<u64>,
+    /// Pieces (block, offset, length) whose LSN is set to `lsn_limit`.
+    future_lsns: Vec<(u64, usize, usize)>,
+    lsn_limit: Lsn,
+    /// Space for copies of shared blocks and new extent trees.
+    source: BlockSource,
+    /// What was read of the attr forks to salvage.
+    attr_found: BTreeMap<u64, AttrFound>,
 }
 
-/// A block range already owned, and by whom.
-struct Owned {
-    end: u64,
-    owner: String,
+/// Whether a claim is unverifiable data (file data or a remote xattr value): nothing in the
+/// blocks says whose they are.
+fn is_data(claim: &Claim) -> bool {
+    claim.inode.is_some() && matches!(claim.owner, "file data" | "xattr value")
+}
+
+/// Who may keep contested blocks, first to last: static metadata, then inodes' extent tree
+/// and xattr leaf blocks (lowest inode first), then data (lowest inode first).
+fn priority(claim: &Claim) -> (u8, Option<u64>, u64) {
+    let rank = match claim.inode {
+        None => 0,
+        Some(_) if !is_data(claim) => 1,
+        Some(_) => 2,
+    };
+    (rank, claim.inode, claim.start)
 }
 
 fn owner_text(claim: &Claim) -> String {
@@ -56,83 +92,177 @@ fn owner_text(claim: &Claim) -> String {
     }
 }
 
+/// What an inode keeps of its forks, as phase 1 found them.
+struct KeptForks {
+    extents: Vec<Extent>,
+    /// Its extent tree blocks that belong to it alone (reused by a rebuilt tree).
+    tree: Vec<u64>,
+    attr_blocks: u64,
+    /// What was read of its attr fork, when that is salvaged.
+    attr: AttrFound,
+}
+
+impl InodePlan {
+    /// Records that inode `inode` may not keep `claim` (`why`; `shared`: another file's data
+    /// holds the blocks, so a copy resolves it).
+    fn fault(&mut self, inode: u64, claim: &Claim, why: String, shared: bool) {
+        let fix = self.fixes.entry(inode).or_default();
+        match claim.owner {
+            "file data" if shared => fix.clone_extents.push((claim.start, claim.length as u32)),
+            "file data" => fix
+                .drop_extents
+                .push((claim.start, claim.length as u32, why)),
+            "file extent tree" => {
+                fix.rebuild_map = true;
+                fix.lost_tree_blocks.push(claim.start);
+            }
+            // An attr fork's leaves, index tree and remote values.
+            owner => {
+                let faults = fix.attr.get_or_insert_default();
+                let range = (claim.start, claim.length);
+                if owner == "xattr value" && shared {
+                    faults.shared.push(range);
+                } else {
+                    faults.lost.push(range);
+                }
+            }
+        }
+    }
+
+    /// Decides a run of overlapping claims: in priority order, each keeps its blocks unless
+    /// one kept earlier overlaps them.
+    fn resolve(&mut self, run: &[&Claim]) {
+        let mut ordered = run.to_vec();
+        ordered.sort_by_key(|c| priority(c));
+        let mut kept: Vec<&Claim> = Vec::new();
+        for claim in ordered {
+            let end = claim.start + claim.length;
+            let taken: Vec<&&Claim> = kept
+                .iter()
+                .filter(|k| k.start < end && claim.start < k.start + k.length)
+                .collect();
+            let (Some(first), Some(inode)) = (taken.first(), claim.inode) else {
+                kept.push(claim);
+                continue;
+            };
+            let shared = taken.iter().all(|k| is_data(k));
+            let why = format!("its blocks belong to {}", owner_text(first));
+            self.fault(inode, claim, why, shared);
+        }
+    }
+}
+
 impl Repairer<'_> {
-    /// Why `claim` cannot be honoured, if it cannot.
-    fn claim_fault(&self, claim: &Claim, owned: &BTreeMap<u64, Owned>) -> Option<String> {
+    /// Why an inode's `claim` cannot be honoured wherever it lies: outside the device or
+    /// across an AG boundary.
+    fn invalid_claim(&self, claim: &Claim) -> Option<&'static str> {
         let g = self.geometry;
         let end = claim.start.saturating_add(claim.length);
         if claim.length == 0 || end > g.block_count {
-            return Some("it ends past the end of the device".to_string());
+            return Some("it ends past the end of the device");
         }
-        if g.ag_of(FsBlock(claim.start)) != g.ag_of(FsBlock(end - 1)) {
-            return Some("it crosses an AG boundary".to_string());
-        }
-        let (_, before) = owned.range(..end).next_back()?;
-        (before.end > claim.start).then(|| format!("its blocks belong to {}", before.owner))
+        (g.ag_of(FsBlock(claim.start)) != g.ag_of(FsBlock(end - 1)))
+            .then_some("it crosses an AG boundary")
     }
 
-    pub(crate) fn plan_inode_repairs(&self, survey: &Checker<'_>) -> InodePlan {
-        let findings = &survey.findings;
+    pub(crate) fn plan_inode_repairs(
+        &self,
+        survey: &mut Checker<'_>,
+    ) -> Result<InodePlan, RepairError> {
+        let findings = &mut survey.findings;
         let mut plan = InodePlan {
-            clear: findings.broken_inodes.clone(),
-            extents: findings.data_extents.clone(),
-            restamp_symlinks: findings.restamp_symlink_blocks.clone(),
+            clear: std::mem::take(&mut findings.broken_inodes),
+            restamp_symlinks: std::mem::take(&mut findings.restamp_symlink_blocks),
+            restamp_inodes: std::mem::take(&mut findings.restamp_inodes),
+            future_lsns: std::mem::take(&mut findings.future_lsns),
+            lsn_limit: survey.lsn_limit,
             ..InodePlan::default()
         };
-        let mut owned: BTreeMap<u64, Owned> = BTreeMap::new();
-        for claim in survey.claims.iter().filter(|c| c.inode.is_none()) {
-            if !space::is_rebuilt(claim) {
-                let end = claim.start.saturating_add(claim.length);
-                let owner = owner_text(claim);
-                owned.insert(claim.start, Owned { end, owner });
+        let cleared = std::mem::take(&mut plan.clear);
+        let live =
+            |c: &&Claim| !space::is_rebuilt(c) && c.inode.is_none_or(|i| !cleared.contains_key(&i));
+        // Claims are sorted by start: only runs of overlapping ones need a decision.
+        let mut valid: Vec<&Claim> = Vec::new();
+        for claim in survey.claims.iter().filter(live) {
+            match claim.inode.zip(self.invalid_claim(claim)) {
+                Some((inode, why)) => plan.fault(inode, claim, why.to_string(), false),
+                None => valid.push(claim),
             }
         }
-        let mut by_inode: Vec<&Claim> = survey
-            .claims
-            .iter()
-            .filter(|c| c.inode.is_some_and(|i| !plan.clear.contains_key(&i)))
-            .collect();
-        by_inode.sort_by_key(|c| (c.inode, c.start));
-        for claim in by_inode {
-            let Some(inode) = claim.inode else { continue };
-            let fix = plan.fixes.entry(inode).or_default();
-            let fault = self.claim_fault(claim, &owned);
-            match (fault, claim.owner) {
-                (None, owner) => {
-                    let end = claim.start + claim.length;
-                    owned.insert(
-                        claim.start,
-                        Owned {
-                            end,
-                            owner: owner_text(claim),
-                        },
-                    );
-                    match owner {
-                        "file data" => fix.data_blocks += claim.length,
-                        "file extent tree" => fix.tree_blocks += claim.length,
-                        _ => fix.attr_blocks += claim.length,
-                    }
-                }
-                (Some(why), "file data") => {
-                    fix.drop_extents
-                        .push((claim.start, claim.length as u32, why));
-                }
-                (Some(_), "file extent tree") => fix.tree_lost = true,
-                (Some(_), _) => fix.drop_attr = true,
+        let mut first = 0;
+        while first < valid.len() {
+            let mut end = valid[first].start + valid[first].length;
+            let mut last = first + 1;
+            while last < valid.len() && valid[last].start < end {
+                end = end.max(valid[last].start + valid[last].length);
+                last += 1;
             }
+            if last - first > 1 {
+                plan.resolve(&valid[first..last]);
+            }
+            first = last;
         }
-        for &inode in &findings.broken_attr {
+        plan.clear = cleared;
+        for &inode in &survey.findings.broken_attr {
             if !plan.clear.contains_key(&inode) {
-                plan.fixes.entry(inode).or_default().drop_attr = true;
+                let fix = plan.fixes.entry(inode).or_default();
+                fix.attr.get_or_insert_default();
             }
         }
-        for (&inode, seen) in &survey.inodes {
-            plan.block_counts.insert(inode, seen.block_count);
+        for &inode in &survey.findings.rebuild_map {
+            if !plan.clear.contains_key(&inode) {
+                let fix = plan.fixes.entry(inode).or_default();
+                fix.rebuild_map = true;
+                fix.drop_unwritten = survey.findings.drop_unwritten.contains(&inode);
+                fix.keep_below = survey.findings.trim_map.get(&inode).copied();
+            }
         }
-        plan
+        if !plan.fixes.is_empty() {
+            plan.source = BlockSource::from_survey(survey);
+        }
+        let attr_faults: BTreeMap<u64, AttrFaults> = plan
+            .fixes
+            .iter()
+            .filter_map(|(&inode, fix)| fix.attr.clone().map(|faults| (inode, faults)))
+            .collect();
+        if !attr_faults.is_empty() {
+            // Read before anything is written: a leaf may lie in blocks a copy could take.
+            plan.attr_found = self.find_attr_leaves(survey, &attr_faults, &mut plan.source)?;
+        }
+        let findings = &mut survey.findings;
+        for &inode in plan.fixes.keys() {
+            if let Some(extents) = findings.data_extents.remove(&inode) {
+                plan.extents.insert(inode, extents);
+            }
+            if let Some(blocks) = findings.tree_blocks.get(&inode) {
+                plan.tree_blocks.insert(inode, blocks.clone());
+            }
+            if let Some(&blocks) = findings.attr_blocks.get(&inode) {
+                plan.attr_blocks.insert(inode, blocks);
+            }
+        }
+        Ok(plan)
     }
 
-    pub(crate) fn apply_inode_repairs(&mut self, plan: InodePlan) -> Result<(), RepairError> {
+    pub(crate) fn apply_inode_repairs(&mut self, mut plan: InodePlan) -> Result<(), RepairError> {
+        for &(at, offset, length) in &plan.future_lsns {
+            let mut block = self.read_raw(at, 1)?;
+            if let Some(piece) = block.get_mut(offset..offset + length) {
+                stamp(piece, Some(plan.lsn_limit));
+                self.write_block_bytes(at, &block)?;
+                self.action(format!(
+                    "block {at}: LSN past the log set to the log's newest"
+                ));
+            }
+        }
+        for &inode in &plan.restamp_inodes {
+            let (at, offset, mut block) = self.read_inode(inode)?;
+            let raw = &mut block[offset..offset + self.geometry.inode_size as usize];
+            clear_inode_spare(raw);
+            stamp_inode(raw);
+            self.write_block_bytes(at, &block)?;
+            self.action(format!("inode {inode}: spare bytes cleared"));
+        }
         for &(at, inode) in &plan.restamp_symlinks {
             self.restamp_symlink_block(at, inode)?;
         }
@@ -144,10 +274,19 @@ impl Repairer<'_> {
                 self.skip(format!("inode {inode}: {why}"));
             }
         }
-        for (&inode, fix) in &plan.fixes {
-            let recorded = plan.block_counts.get(&inode).copied();
-            let extents = plan.extents.get(&inode).map_or(&[][..], Vec::as_slice);
-            self.fix_inode(inode, fix, extents, recorded)?;
+        let fixes = std::mem::take(&mut plan.fixes);
+        for (&inode, fix) in &fixes {
+            let extents = plan.extents.remove(&inode).unwrap_or_default();
+            let mut tree = plan.tree_blocks.remove(&inode).unwrap_or_default();
+            tree.retain(|b| !fix.lost_tree_blocks.contains(b));
+            let attr_blocks = plan.attr_blocks.get(&inode).copied().unwrap_or(0);
+            let kept = KeptForks {
+                extents,
+                tree,
+                attr_blocks,
+                attr: plan.attr_found.remove(&inode).unwrap_or_default(),
+            };
+            self.fix_inode(inode, fix, kept, &mut plan.source)?;
         }
         Ok(())
     }
@@ -189,14 +328,6 @@ impl Repairer<'_> {
         self.write_block_bytes(at, &block)
     }
 
-    pub(crate) fn write_block_bytes(&mut self, at: u64, block: &[u8]) -> Result<(), RepairError> {
-        let mut buf = cairn_blockdev::AlignedBuf::zeroed(block.len());
-        buf.copy_from_slice(block);
-        self.device
-            .write_at(self.geometry.byte_offset(FsBlock(at)), &buf)?;
-        Ok(())
-    }
-
     /// Makes inode `inode` free, as a new chunk's inodes are.
     pub(crate) fn clear_inode(&mut self, inode: u64) -> Result<(), RepairError> {
         let header = MetaHeader::new(MetaKind::Inode, inode, self.uuid, inode);
@@ -205,101 +336,223 @@ impl Repairer<'_> {
         self.write_inode(inode, &core, &literal)
     }
 
+    /// Makes inode `inode`'s forks claim only what `fix` leaves them (its block count, if
+    /// only the attr fork went, is set by the next survey's count repair).
     fn fix_inode(
         &mut self,
         inode: u64,
         fix: &InodeFix,
-        extents: &[Extent],
-        recorded: Option<u64>,
+        kept: KeptForks,
+        source: &mut BlockSource,
     ) -> Result<(), RepairError> {
-        let discards = !fix.drop_extents.is_empty() || fix.tree_lost || fix.drop_attr;
+        let remap =
+            !fix.drop_extents.is_empty() || !fix.clone_extents.is_empty() || fix.rebuild_map;
+        let discards = !fix.drop_extents.is_empty() || fix.rebuild_map;
         if discards && !self.may_discard() {
             self.skip(format!(
                 "inode {inode}: its forks claim blocks they may not"
             ));
             return Ok(());
         }
-        let (_, offset, block) = self.read_inode(inode)?;
-        let size = self.geometry.inode_size as usize;
-        let raw = block[offset..offset + size].to_vec();
-        let Ok(mut core) = InodeCore::decode(&raw) else {
-            return Ok(());
+        let salvaged = match &fix.attr {
+            Some(faults) => self.salvage_attr_fork(inode, faults, kept.attr, source, !remap)?,
+            None => None,
         };
-        let mut literal = raw[INODE_CORE_SIZE..].to_vec();
-        let mut blocks = fix.data_blocks + fix.tree_blocks + fix.attr_blocks;
-        if fix.drop_attr {
-            self.drop_attr_fork(inode, &mut core, &mut literal)?;
-            blocks -= fix.attr_blocks;
-        }
-        if !fix.drop_extents.is_empty() || fix.tree_lost {
-            let dropped: BTreeSet<(u64, u32)> =
-                fix.drop_extents.iter().map(|(s, l, _)| (*s, *l)).collect();
-            let kept: Vec<Extent> = extents
-                .iter()
-                .copied()
-                .filter(|e| !dropped.contains(&(e.fs_block.0, e.length)))
-                .collect();
-            for (start, length, why) in &fix.drop_extents {
-                let what = format!(
-                    "inode {inode}: dropped extent at block {start} ({length} blocks): {why}"
-                );
-                self.action(what);
-            }
-            let range = core.data_fork_range(self.geometry.inode_size);
-            let fork = &mut literal[range.start - INODE_CORE_SIZE..range.end - INODE_CORE_SIZE];
-            fork.fill(0);
-            if put_fork_extents(&kept, fork).is_err() {
-                self.clear_inode(inode)?;
-                let what = "cleared, its remaining extents do not fit in the inode";
-                self.action(format!("inode {inode}: {what}"));
-                return Ok(());
-            }
-            if core.data_format == ForkFormat::Btree {
-                blocks -= fix.tree_blocks;
-                let what = "extent tree replaced by an extent list in the inode";
-                self.action(format!("inode {inode}: {what}"));
-            }
-            core.data_format = ForkFormat::Extents;
-            core.data_extent_count = kept.len() as u32;
-        }
-        if !discards && recorded == Some(blocks) {
+        // A fork left as it is keeps its blocks.
+        let attr_blocks = salvaged.unwrap_or(kept.attr_blocks);
+        if !remap {
             return Ok(());
         }
-        if core.block_count != blocks {
-            let what = format!("block count {} set to {blocks}", core.block_count);
-            self.action(format!("inode {inode}: {what}"));
-            core.block_count = blocks;
+        let extents = self.remap_extents(inode, fix, kept.extents, source)?;
+        source.reuse = kept.tree;
+        let stored = self.store_data_map(inode, &extents, attr_blocks, source);
+        source.reuse.clear();
+        match stored {
+            Ok(_) => self.action(format!(
+                "inode {inode}: extent map rebuilt ({} extents)",
+                extents.len()
+            )),
+            Err(RepairError::Stuck(why)) => {
+                self.clear_inode(inode)?;
+                self.action(format!("inode {inode}: cleared, {why}"));
+            }
+            Err(err) => return Err(err),
         }
-        self.write_inode(inode, &core, &literal)
+        Ok(())
     }
 
-    /// Removes the attr fork: the data fork takes the whole literal area.
-    fn drop_attr_fork(
+    /// The extents inode `inode` keeps: dropped ones left out, shared ones copied, sorted
+    /// by file block with any that overlap an earlier one dropped.
+    fn remap_extents(
         &mut self,
         inode: u64,
-        core: &mut InodeCore,
-        literal: &mut [u8],
+        fix: &InodeFix,
+        mut extents: Vec<Extent>,
+        source: &mut BlockSource,
+    ) -> Result<Vec<Extent>, RepairError> {
+        extents.sort_by_key(|e| (e.file_block, e.fs_block.0));
+        if let Some(end) = fix.keep_below {
+            extents = clip_extents(extents, end)?;
+        }
+        let mut kept: Vec<Extent> = Vec::with_capacity(extents.len());
+        for extent in extents {
+            let key = (extent.fs_block.0, extent.length);
+            if let Some((_, _, why)) = fix.drop_extents.iter().find(|d| (d.0, d.1) == key) {
+                let (start, length) = key;
+                self.action(format!(
+                    "inode {inode}: dropped extent at block {start} ({length} blocks): {why}"
+                ));
+                continue;
+            }
+            if fix.drop_unwritten && extent.unwritten {
+                self.action(format!(
+                    "inode {inode}: dropped unwritten extent at file block {}",
+                    extent.file_block
+                ));
+                continue;
+            }
+            if kept
+                .last()
+                .is_some_and(|last| last.file_end() > extent.file_block)
+            {
+                self.action(format!(
+                    "inode {inode}: dropped extent at file block {} (overlaps another)",
+                    extent.file_block
+                ));
+                continue;
+            }
+            if fix.clone_extents.contains(&key) {
+                kept.extend(self.clone_extent(inode, &extent, source)?);
+                continue;
+            }
+            kept.push(extent);
+        }
+        Ok(kept)
+    }
+
+    /// Copies the blocks of `extent` (which another file also maps) into unclaimed space;
+    /// returns the extents mapping the copy (none if there is no room: the range is dropped).
+    fn clone_extent(
+        &mut self,
+        inode: u64,
+        extent: &Extent,
+        source: &mut BlockSource,
+    ) -> Result<Vec<Extent>, RepairError> {
+        let runs = source.take_blocks(u64::from(extent.length));
+        let mut copies = Vec::new();
+        let mut file_block = extent.file_block;
+        let mut from = extent.fs_block.0;
+        for (start, length) in runs {
+            let data = self.read_raw(from, length as u32)?;
+            self.write_block_bytes(start, &data)?;
+            copies.push(Extent::new(
+                file_block,
+                FsBlock(start),
+                length as u32,
+                extent.unwritten,
+            )?);
+            file_block += length;
+            from += length;
+        }
+        let copied = file_block - extent.file_block;
+        self.action(format!(
+            "inode {inode}: blocks {}..{} are another file's too: copied {copied} of {} blocks",
+            extent.fs_block.0,
+            extent.fs_end().0,
+            extent.length
+        ));
+        Ok(copies)
+    }
+
+    /// Removes the attr fork of inode `inode`: the data fork takes the whole literal area
+    /// (a tree root moves with its end when `move_root`; else the map is stored anew after).
+    pub(super) fn drop_attr_fork(
+        &mut self,
+        inode: u64,
+        move_root: bool,
     ) -> Result<(), RepairError> {
+        let Some(InodeImage {
+            mut core,
+            mut literal,
+        }) = self.read_image(inode)?
+        else {
+            return Ok(());
+        };
         let inode_size = self.geometry.inode_size;
         let old = core.data_fork_range(inode_size);
         let shift = |r: std::ops::Range<usize>| r.start - INODE_CORE_SIZE..r.end - INODE_CORE_SIZE;
-        let old_fork = literal[shift(old.clone())].to_vec();
-        let root = (core.data_format == ForkFormat::Btree)
-            .then(|| BmapRoot::decode(&old_fork))
-            .transpose()?;
+        let root = (move_root && core.data_format == ForkFormat::Btree)
+            .then(|| BmapRoot::decode(&literal[shift(old.clone())]).ok())
+            .flatten();
         literal[shift(old.end..inode_size as usize)].fill(0);
         core.attr_format = None;
         core.attr_offset = 0;
         core.attr_extent_count = 0;
         if let Some(root) = root {
             let new = shift(core.data_fork_range(inode_size));
-            literal[new.clone()].fill(0);
             root.encode(&mut literal[new])?;
         }
+        self.write_inode(inode, &core, &literal)?;
         self.action(format!(
             "inode {inode}: dropped its damaged extended attributes"
         ));
         Ok(())
+    }
+}
+
+/// `extents` without the file blocks from `end` on (one that crosses `end` is shortened).
+fn clip_extents(extents: Vec<Extent>, end: u64) -> Result<Vec<Extent>, RepairError> {
+    let mut clipped = Vec::with_capacity(extents.len());
+    for extent in extents.into_iter().filter(|e| e.file_block < end) {
+        let length = extent.length.min((end - extent.file_block) as u32);
+        clipped.push(Extent::new(
+            extent.file_block,
+            extent.fs_block,
+            length,
+            extent.unwritten,
+        )?);
+    }
+    Ok(clipped)
+}
+
+/// An inode as repair edits it: the core, and the literal area after it.
+pub(crate) struct InodeImage {
+    pub core: InodeCore,
+    pub literal: Vec<u8>,
+}
+
+impl InodeImage {
+    /// The data fork's bytes in the literal area.
+    pub(crate) fn data_fork_mut(&mut self, inode_size: u32) -> &mut [u8] {
+        let range = self.core.data_fork_range(inode_size);
+        &mut self.literal[range.start - INODE_CORE_SIZE..range.end - INODE_CORE_SIZE]
+    }
+}
+
+impl Repairer<'_> {
+    /// Inode `inode`'s core and literal area; `None` if its core does not decode.
+    pub(crate) fn read_image(&self, inode: u64) -> Result<Option<InodeImage>, RepairError> {
+        let (_, offset, block) = self.read_inode(inode)?;
+        let raw = &block[offset..offset + self.geometry.inode_size as usize];
+        Ok(InodeCore::decode(raw).ok().map(|core| InodeImage {
+            core,
+            literal: raw[INODE_CORE_SIZE..].to_vec(),
+        }))
+    }
+
+    /// Inode `inode`'s image, or the error that its core does not decode.
+    pub(crate) fn image(&self, inode: u64) -> Result<InodeImage, RepairError> {
+        self.read_image(inode)?
+            .ok_or_else(|| RepairError::Stuck(format!("inode {inode}: its core does not decode")))
+    }
+
+    /// Writes `image` as inode `inode`.
+    pub(crate) fn write_image(
+        &mut self,
+        inode: u64,
+        image: &InodeImage,
+    ) -> Result<(), RepairError> {
+        self.write_inode(inode, &image.core, &image.literal)
     }
 }
 

@@ -39,19 +39,31 @@ pub(crate) fn settle_log(
     options: RepairOptions,
     outcome: &mut Outcome,
 ) -> Result<(Opened, bool), FsckError> {
-    let failure = match Journal::needs_recovery(&opened.device, sb) {
-        Ok(false) => return Ok((opened, true)),
+    let (failure, kept) = match Journal::needs_recovery(&opened.device, sb) {
+        Ok(false) => {
+            match crate::check::Checker::new(&opened.device, sb.clone()).head_record_fault() {
+                None => return Ok((opened, true)),
+                Some(fault) => (ReplayFailure::OfLog(fault), Some(opened)),
+            }
+        }
         Ok(true) => {
             let Opened { device, .. } = opened;
             let device: Arc<dyn BlockDevice> = Arc::new(device);
             match replay(device, sb, outcome) {
                 Ok(()) => return Ok((probe::open_writable(path, buffered)?, true)),
-                Err(failure) => failure,
+                Err(failure) => (failure, None),
             }
         }
-        Err(err) => ReplayFailure::OfLog(format!("cannot be read ({err})")),
+        Err(err) => (
+            ReplayFailure::OfLog(format!("cannot be read ({err})")),
+            Some(opened),
+        ),
     };
-    let opened = probe::open_writable(path, buffered)?;
+    // The replay dropped the device (cairn-fs held it): open it again.
+    let opened = match kept {
+        Some(opened) => opened,
+        None => probe::open_writable(path, buffered)?,
+    };
     let failure = match failure {
         ReplayFailure::OfLog(failure) if options.mode != Mode::Yes => {
             outcome.skipped.push(format!(

@@ -8,24 +8,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cairn_format::btree_block::{BtreeHeader, BtreeLayout};
 use cairn_format::dir::{
-    DIR_DATA_HEADER_SIZE, DirDataHeader, DirHashRecord, ShortformDir, ShortformEntry, check_name,
-    dir_address, dir_data_entries, dir_data_insert, dir_data_remove, dir_entry_bytes,
-    init_dir_data_block, name_hash, split_dir_address,
+    DIR_DATA_HEADER_SIZE, DirHashRecord, ShortformDir, ShortformEntry, check_name, dir_address,
+    dir_data_entries, dir_data_insert, dir_data_remove, dir_data_salvage, dir_entry_bytes,
+    init_dir_data_block, split_dir_address,
 };
 use cairn_format::inode::{FileType, ForkFormat, INODE_CORE_SIZE, InodeCore, Timestamp};
 use cairn_format::ondisk::put_u64;
-use cairn_format::types::{NULL_AG_INODE, NULL_BLOCK};
+use cairn_format::types::NULL_AG_INODE;
 use cairn_format::{Extent, MetaHeader, MetaKind, OnDisk};
 
+use super::fork_map::BlockSource;
 use super::{RepairError, Repairer};
 use crate::check::Checker;
 use crate::dir_read::{DirSource, INDEX_FILE_BASE, Listing};
 
 const LOST_FOUND: &[u8] = b"lost+found";
-/// Bits of the `..index` marker's inode field that hold the tree height.
-const LEVELS_SHIFT: u32 = 56;
 /// Data address (in 8-byte units) of the first user entry of a short-form directory, after
 /// the header and both markers of data block 0 (as cairn-fs assigns tags).
 const FIRST_TAG: u32 = (DIR_DATA_HEADER_SIZE + dir_entry_bytes(8) + dir_entry_bytes(7)) as u32 / 8;
@@ -51,25 +49,28 @@ struct DirEdit {
 #[derive(Debug, Default)]
 pub(crate) struct NamePlan {
     restamp: Vec<(u64, u64)>,
-    lost_blocks: Vec<(u64, u64)>,
+    lost_blocks: Vec<(u64, u64, u64)>,
     sources: BTreeMap<u64, DirSource>,
     listings: BTreeMap<u64, Vec<Named>>,
     edits: BTreeMap<u64, DirEdit>,
-    /// Directories that cannot be read: emptied.
-    unreadable: Vec<u64>,
+    /// Directories that cannot be read (with their attr fork's blocks): emptied.
+    unreadable: Vec<(u64, u64)>,
     /// In-use inodes no entry keeps and no unlinked list holds, with no links: cleared.
     orphans: Vec<u64>,
-    /// Inodes to move into lost+found, lowest first.
+    /// Inodes to move into lost+found (see `plan_lost` for the order).
     lost: Vec<(u64, FileType)>,
     lost_found: Option<u64>,
     free_slot: Option<u64>,
     nlink: BTreeMap<u64, u32>,
     recorded_nlink: BTreeMap<u64, u32>,
     root: u64,
-    /// Unclaimed block runs, for a lost+found that needs blocks.
-    free_runs: Vec<(u64, u64)>,
-    /// lost+found, when it must be rewritten in block form to hold its entries.
-    rebuild: Option<u64>,
+    /// Unclaimed blocks, for directories rewritten into new blocks.
+    source: BlockSource,
+    /// Directories rewritten whole, in block form, into new blocks: lost+found when its
+    /// entries outgrow it, and block directories whose data block 0 is not mapped.
+    rewrite: BTreeSet<u64>,
+    /// The parent each directory should name (`u64::MAX`: one moved to lost+found).
+    expected_parent: BTreeMap<u64, u64>,
 }
 
 fn named(listing: &Listing) -> Vec<Named> {
@@ -98,6 +99,16 @@ impl Repairer<'_> {
         };
         let mut parent_of: BTreeMap<u64, u64> = BTreeMap::new();
         for (&dir, listing) in &names.listings {
+            for (dropped, why) in &listing.drop {
+                let entry = Named {
+                    name: dropped.name.clone(),
+                    inode: dropped.inode,
+                    file_type: dropped.file_type,
+                    address: dropped.address,
+                };
+                let why = (*why).to_string();
+                plan.edits.entry(dir).or_default().remove.push((entry, why));
+            }
             let mut kept = Vec::new();
             for entry in named(listing) {
                 let seen = survey.inodes.get(&entry.inode);
@@ -133,7 +144,8 @@ impl Repairer<'_> {
         for (&inode, seen) in &survey.inodes {
             plan.recorded_nlink.insert(inode, seen.nlink);
             if seen.file_type == FileType::Directory && !plan.listings.contains_key(&inode) {
-                plan.unreadable.push(inode);
+                let attr_blocks = survey.findings.attr_blocks.get(&inode).copied();
+                plan.unreadable.push((inode, attr_blocks.unwrap_or(0)));
                 plan.listings.insert(inode, Vec::new());
             }
         }
@@ -154,9 +166,19 @@ impl Repairer<'_> {
             if current != Some(expected) {
                 plan.edits.entry(dir).or_default().parent = Some(expected);
             }
+            plan.expected_parent.insert(dir, expected);
+        }
+        for (&dir, source) in &plan.sources {
+            let listing = names.listings.get(&dir);
+            let markers = listing.is_some_and(|l| l.parent.is_some() && l.index.is_some());
+            if let DirSource::Blocks(extents) = source
+                && (!markers || !data_blocks_complete(extents))
+            {
+                plan.rewrite.insert(dir);
+            }
         }
         plan.free_slot = free_slot(survey);
-        plan.free_runs = super::lost_found::free_runs(survey);
+        plan.source = BlockSource::from_survey(survey);
         plan
     }
 
@@ -180,41 +202,8 @@ impl Repairer<'_> {
                 named_by.entry(entry.inode).or_default().insert(dir);
             }
         }
-        let mut reached = reach(plan.root, &plan.listings);
-        // One pass in inode order: what is reached only grows, so an inode passed over
-        // never qualifies later.
-        for (&inode, seen) in &survey.inodes {
-            let candidate = !reached.contains(&inode)
-                && !unlinked.contains(&inode)
-                && (seen.file_type == FileType::Directory || !references.contains_key(&inode));
-            if !candidate {
-                continue;
-            }
-            if seen.nlink == 0 && !references.contains_key(&inode) {
-                plan.orphans.push(inode);
-                continue;
-            }
-            // A directory named by another unreachable directory (a cycle) is cut from it.
-            for dir in named_by.get(&inode).into_iter().flatten() {
-                let Some(entries) = plan.listings.get_mut(dir) else {
-                    continue;
-                };
-                if let Some(index) = entries.iter().position(|e| e.inode == inode) {
-                    let entry = entries.remove(index);
-                    let why = "cut from an unreachable cycle".to_string();
-                    plan.edits
-                        .entry(*dir)
-                        .or_default()
-                        .remove
-                        .push((entry, why));
-                }
-            }
-            plan.lost.push((inode, seen.file_type));
-            reached.extend(reach(inode, &plan.listings));
-            if seen.file_type == FileType::Directory {
-                parent_of.insert(inode, u64::MAX);
-            }
-        }
+        let reached = reach(plan.root, &plan.listings);
+        self.plan_lost(survey, plan, (&references, &named_by), reached, parent_of);
         let mut links: BTreeMap<u64, u32> = BTreeMap::new();
         for (&dir, entries) in &plan.listings {
             let subdirs = entries
@@ -246,12 +235,67 @@ impl Repairer<'_> {
         }
     }
 
+    /// Picks the inodes to move into lost+found (and the orphans): first the tops of the
+    /// unreachable subtrees (inodes no unreachable directory names), each bringing its
+    /// subtree back, in inode order; then what is still unreachable (directories naming each
+    /// other in a cycle), each cut from the directories of the cycle that name it. Moving a
+    /// directory before the unreachable directory that names it would cut that entry.
+    fn plan_lost(
+        &self,
+        survey: &Checker<'_>,
+        plan: &mut NamePlan,
+        (references, named_by): (&BTreeMap<u64, u32>, &BTreeMap<u64, BTreeSet<u64>>),
+        mut reached: BTreeSet<u64>,
+        parent_of: &mut BTreeMap<u64, u64>,
+    ) {
+        let unlinked = &survey.findings.unlinked;
+        for cycles in [false, true] {
+            // What is reached only grows, so an inode passed over never qualifies later in
+            // the same pass.
+            for (&inode, seen) in &survey.inodes {
+                let candidate = !reached.contains(&inode)
+                    && !unlinked.contains(&inode)
+                    && (seen.file_type == FileType::Directory || !references.contains_key(&inode));
+                if !candidate {
+                    continue;
+                }
+                if seen.nlink == 0 && !references.contains_key(&inode) {
+                    plan.orphans.push(inode);
+                    reached.insert(inode);
+                    continue;
+                }
+                let namers = named_by.get(&inode).into_iter().flatten();
+                if !cycles && namers.clone().any(|dir| !reached.contains(dir)) {
+                    continue;
+                }
+                for dir in namers {
+                    let Some(entries) = plan.listings.get_mut(dir) else {
+                        continue;
+                    };
+                    if let Some(index) = entries.iter().position(|e| e.inode == inode) {
+                        let entry = entries.remove(index);
+                        let why = "cut from an unreachable cycle".to_string();
+                        plan.edits
+                            .entry(*dir)
+                            .or_default()
+                            .remove
+                            .push((entry, why));
+                    }
+                }
+                plan.lost.push((inode, seen.file_type));
+                reached.extend(reach(inode, &plan.listings));
+                if seen.file_type == FileType::Directory {
+                    parent_of.insert(inode, u64::MAX);
+                }
+            }
+        }
+    }
+
     pub(crate) fn apply_namespace(&mut self, mut plan: NamePlan) -> Result<(), RepairError> {
         for (at, dir) in plan.restamp.clone() {
             let mut block = self.read_raw(at, 1)?;
-            let mut header = DirDataHeader::decode(&block)?;
-            header.header = MetaHeader::new(MetaKind::DirData, at, self.uuid, dir);
-            header.encode(&mut block);
+            dir_data_salvage(&mut block)?;
+            MetaHeader::new(MetaKind::DirData, at, self.uuid, dir).encode(&mut block);
             self.write_meta(at, &mut block)?;
             self.action(format!("directory {dir}: data block {at} salvaged"));
         }
@@ -263,19 +307,15 @@ impl Repairer<'_> {
             self.skip("the namespace: entries or inodes would be removed".to_string());
             return Ok(());
         }
-        for (at, dir) in plan.lost_blocks.clone() {
-            let mut block = vec![0u8; self.geometry.block_size as usize];
-            init_dir_data_block(
-                &mut block,
-                MetaHeader::new(MetaKind::DirData, at, self.uuid, dir),
-            )?;
-            self.write_meta(at, &mut block)?;
+        for (at, dir, index) in plan.lost_blocks.clone() {
+            let parent = plan.edits.get(&dir).and_then(|e| e.parent);
+            self.write_empty_dir_block(at, dir, index, parent.unwrap_or(plan.root))?;
             self.action(format!(
                 "directory {dir}: data block {at} cannot be read, emptied"
             ));
         }
-        for dir in plan.unreadable.clone() {
-            self.empty_directory(dir, plan.root)?;
+        for (dir, attr_blocks) in plan.unreadable.clone() {
+            self.empty_directory(dir, plan.root, attr_blocks)?;
             plan.sources.insert(dir, DirSource::Short(Vec::new()));
             self.action(format!("directory {dir}: cannot be read, emptied"));
         }
@@ -287,12 +327,18 @@ impl Repairer<'_> {
             self.move_to_lost_found(&mut plan)?;
         }
         let mut edits = std::mem::take(&mut plan.edits);
-        if let Some(dir) = plan.rebuild {
-            for (entry, why) in edits.remove(&dir).map(|e| e.remove).unwrap_or_default() {
+        for dir in plan.rewrite.clone() {
+            let edit = edits.remove(&dir).unwrap_or_default();
+            for (entry, why) in &edit.remove {
                 let name = String::from_utf8_lossy(&entry.name);
                 self.action(format!("directory {dir}: removed entry '{name}' ({why})"));
             }
-            self.rebuild_lost_found(dir, &mut plan)?;
+            let parent = edit
+                .parent
+                .or(plan.expected_parent.get(&dir).copied())
+                .filter(|&p| p != u64::MAX)
+                .unwrap_or(plan.root);
+            self.rewrite_directory(dir, parent, &mut plan)?;
         }
         for (dir, edit) in edits {
             let Some(source) = plan.sources.get(&dir).cloned() else {
@@ -301,17 +347,15 @@ impl Repairer<'_> {
             let entries = plan.listings.get(&dir).cloned().unwrap_or_default();
             self.edit_directory(dir, &source, &edit, &entries)?;
         }
-        self.check_indexes(&plan)?;
         for (&inode, &nlink) in &plan.nlink {
-            let (_, offset, block) = self.read_inode(inode)?;
-            let raw = &block[offset..offset + self.geometry.inode_size as usize];
-            let Ok(mut core) = InodeCore::decode(raw) else {
+            let Some(mut image) = self.read_image(inode)? else {
                 continue;
             };
-            let literal = raw[INODE_CORE_SIZE..].to_vec();
-            let old = core.nlink;
-            core.nlink = nlink;
-            self.write_inode(inode, &core, &literal)?;
+            let old = std::mem::replace(&mut image.core.nlink, nlink);
+            if old == nlink {
+                continue;
+            }
+            self.write_image(inode, &image)?;
             self.action(format!("inode {inode}: link count {old} set to {nlink}"));
         }
         Ok(())
@@ -383,23 +427,29 @@ impl Repairer<'_> {
             _ => false,
         };
         if !fits {
-            plan.rebuild = Some(lost_found);
+            plan.rewrite.insert(lost_found);
         }
         Ok(())
     }
 
-    /// Rewrites lost+found in block form holding every entry of its listing.
-    fn rebuild_lost_found(&mut self, dir: u64, plan: &mut NamePlan) -> Result<(), RepairError> {
+    /// Rewrites directory `dir` (parent `parent`) in block form, into new blocks, holding
+    /// every entry of its listing.
+    fn rewrite_directory(
+        &mut self,
+        dir: u64,
+        parent: u64,
+        plan: &mut NamePlan,
+    ) -> Result<(), RepairError> {
         let entries = plan.listings.get(&dir).cloned().unwrap_or_default();
         let old_blocks = match plan.sources.get(&dir) {
             Some(DirSource::Blocks(extents)) => extents.iter().map(|e| u64::from(e.length)).sum(),
             _ => 0,
         };
         let extents =
-            self.write_block_directory(dir, plan.root, &entries, old_blocks, &mut plan.free_runs)?;
+            self.write_block_directory(dir, parent, &entries, old_blocks, &mut plan.source)?;
         plan.sources.insert(dir, DirSource::Blocks(extents));
         self.action(format!(
-            "/lost+found: rewritten in block form with {} entries",
+            "directory {dir}: rewritten in block form with {} entries",
             entries.len()
         ));
         Ok(())
@@ -446,25 +496,29 @@ impl Repairer<'_> {
         self.write_inode(inode, &core, &literal)
     }
 
-    /// Makes directory `dir` an empty short-form directory whose parent is `parent`.
-    fn empty_directory(&mut self, dir: u64, parent: u64) -> Result<(), RepairError> {
-        let (_, offset, block) = self.read_inode(dir)?;
-        let raw = &block[offset..offset + self.geometry.inode_size as usize];
-        let mut core = InodeCore::decode(raw)?;
-        let mut literal = raw[INODE_CORE_SIZE..].to_vec();
-        let range = core.data_fork_range(self.geometry.inode_size);
-        let fork = &mut literal[range.start - INODE_CORE_SIZE..range.end - INODE_CORE_SIZE];
-        fork.fill(0);
+    /// Makes directory `dir` an empty short-form directory whose parent is `parent`; its
+    /// block count keeps only its attr fork's `attr_blocks`.
+    fn empty_directory(
+        &mut self,
+        dir: u64,
+        parent: u64,
+        attr_blocks: u64,
+    ) -> Result<(), RepairError> {
+        let mut image = self.image(dir)?;
         let bytes = ShortformDir {
             parent,
             entries: Vec::new(),
         }
         .encode()?;
+        let fork = image.data_fork_mut(self.geometry.inode_size);
+        fork.fill(0);
         fork[..bytes.len()].copy_from_slice(&bytes);
+        let core = &mut image.core;
         core.data_format = ForkFormat::Local;
         core.data_extent_count = 0;
         core.size = bytes.len() as u64;
-        self.write_inode(dir, &core, &literal)
+        core.block_count = attr_blocks;
+        self.write_image(dir, &image)
     }
 
     fn edit_directory(
@@ -493,13 +547,11 @@ impl Repairer<'_> {
         edit: &DirEdit,
         entries: &[Named],
     ) -> Result<(), RepairError> {
-        let (_, offset, block) = self.read_inode(dir)?;
-        let raw = &block[offset..offset + self.geometry.inode_size as usize];
-        let mut core = InodeCore::decode(raw)?;
-        let mut literal = raw[INODE_CORE_SIZE..].to_vec();
-        let range = core.data_fork_range(self.geometry.inode_size);
-        let fork = &mut literal[range.start - INODE_CORE_SIZE..range.end - INODE_CORE_SIZE];
-        let old = ShortformDir::decode(fork.get(..core.size as usize).unwrap_or_default()).ok();
+        let mut image = self.image(dir)?;
+        let size = image.core.size as usize;
+        let fork = image.data_fork_mut(self.geometry.inode_size);
+        let old = ShortformDir::decode(fork.get(..size).unwrap_or_default()).ok();
+        let room = fork.len();
         let mut sf = ShortformDir {
             parent: old
                 .as_ref()
@@ -531,7 +583,7 @@ impl Repairer<'_> {
             });
         }
         let mut bytes = sf.encode()?;
-        while bytes.len() > fork.len() {
+        while bytes.len() > room {
             let Some(dropped) = sf.entries.pop() else {
                 break;
             };
@@ -540,10 +592,11 @@ impl Repairer<'_> {
                 .push(format!("directory {dir}: no room for entry '{name}'"));
             bytes = sf.encode()?;
         }
+        let fork = image.data_fork_mut(self.geometry.inode_size);
         fork.fill(0);
         fork[..bytes.len()].copy_from_slice(&bytes);
-        core.size = bytes.len() as u64;
-        self.write_inode(dir, &core, &literal)
+        image.core.size = bytes.len() as u64;
+        self.write_image(dir, &image)
     }
 
     /// Removes and adds entries in a block directory's data blocks and sets its parent marker.
@@ -600,101 +653,31 @@ impl Repairer<'_> {
         }
         Ok(())
     }
+}
 
-    /// Rewrites every one-level hash index whose records disagree with its entries.
-    fn check_indexes(&mut self, plan: &NamePlan) -> Result<(), RepairError> {
-        for (&dir, source) in &plan.sources {
-            let DirSource::Blocks(extents) = source else {
-                continue;
+impl Repairer<'_> {
+    /// Writes an empty data block at `at` as data block `index` of directory `dir`; block 0
+    /// gets the markers (`..parent` naming `parent`, and an `..index` the index rebuild sets).
+    fn write_empty_dir_block(
+        &mut self,
+        at: u64,
+        dir: u64,
+        index: u64,
+        parent: u64,
+    ) -> Result<(), RepairError> {
+        let mut block = vec![0u8; self.geometry.block_size as usize];
+        let header = MetaHeader::new(MetaKind::DirData, at, self.uuid, dir);
+        init_dir_data_block(&mut block, header)?;
+        if index == 0 {
+            let parent = if parent == u64::MAX {
+                self.superblock.root_inode
+            } else {
+                parent
             };
-            self.rebuild_index(dir, extents)?;
+            dir_data_insert(&mut block, parent, FileType::Unknown, b"..parent")?;
+            dir_data_insert(&mut block, 1, FileType::Unknown, b"..index")?;
         }
-        Ok(())
-    }
-
-    fn rebuild_index(&mut self, dir: u64, extents: &[Extent]) -> Result<(), RepairError> {
-        let mut entries = Vec::new();
-        let mut packed = None;
-        for index in 0..data_blocks(extents) {
-            let Some(at) = data_block(extents, index) else {
-                continue;
-            };
-            let block = self.read_raw(at, 1)?;
-            let Ok(found) = dir_data_entries(&block) else {
-                continue;
-            };
-            for entry in found {
-                if entry.file_type == FileType::Unknown {
-                    if index == 0 && entry.name == b"..index" {
-                        packed = Some(entry.inode);
-                    }
-                    continue;
-                }
-                if let Some(address) = u32::try_from(index)
-                    .ok()
-                    .and_then(|i| dir_address(i, entry.offset))
-                {
-                    entries.push((name_hash(&entry.name), address));
-                }
-            }
-        }
-        let Some(packed) = packed else { return Ok(()) };
-        let root = packed & ((1 << LEVELS_SHIFT) - 1);
-        let levels = packed >> LEVELS_SHIFT;
-        let Some(layout) = BtreeLayout::for_kind(MetaKind::DirBtree, self.geometry.block_size)
-        else {
-            return Ok(());
-        };
-        let records = probe_records(entries);
-        let mapped_root = extents
-            .iter()
-            .any(|e| e.file_block >= INDEX_FILE_BASE && e.fs_block.0 == root);
-        if levels != 1 || records.len() > layout.leaf_capacity() || !mapped_root {
-            return Ok(());
-        }
-        let mut block = self.read_raw(root, 1)?;
-        let on_disk: Option<Vec<DirHashRecord>> = BtreeHeader::decode(&block).ok().and_then(|h| {
-            (0..usize::from(h.record_count))
-                .map(|i| {
-                    layout
-                        .record(&block, i)
-                        .and_then(|r| DirHashRecord::decode(r).ok())
-                })
-                .collect()
-        });
-        let header_ok = cairn_format::verify_header(
-            &block,
-            &cairn_format::Expected {
-                kind: MetaKind::DirBtree,
-                blkno: root,
-                uuid: self.uuid,
-                owner: Some(dir),
-            },
-        )
-        .is_ok();
-        if header_ok && on_disk.as_ref() == Some(&records) {
-            return Ok(());
-        }
-        block.fill(0);
-        BtreeHeader {
-            header: MetaHeader::new(MetaKind::DirBtree, root, self.uuid, dir),
-            level: 0,
-            record_count: records.len() as u16,
-            left: NULL_BLOCK,
-            right: NULL_BLOCK,
-        }
-        .encode(&mut block);
-        for (slot, record) in records.iter().enumerate() {
-            if let Some(out) = layout.record_mut(&mut block, slot) {
-                record.encode(out);
-            }
-        }
-        self.write_meta(root, &mut block)?;
-        self.action(format!(
-            "directory {dir}: hash index rebuilt ({} entries)",
-            records.len()
-        ));
-        Ok(())
+        self.write_meta(at, &mut block)
     }
 }
 
@@ -738,6 +721,19 @@ fn data_blocks(extents: &[Extent]) -> u64 {
         .map(|e| e.file_block + u64::from(e.length))
         .max()
         .unwrap_or(0)
+}
+
+/// Whether a directory's data fork maps every data block from 0 to its last, written (what
+/// cairn-fs reads a block directory through).
+fn data_blocks_complete(extents: &[Extent]) -> bool {
+    let mut next = 0;
+    for extent in extents.iter().filter(|e| e.file_block < INDEX_FILE_BASE) {
+        if extent.file_block != next || extent.unwritten {
+            return false;
+        }
+        next = extent.file_end();
+    }
+    next > 0
 }
 
 /// The filesystem block holding directory data block `index`.

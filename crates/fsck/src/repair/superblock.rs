@@ -6,13 +6,24 @@
 //! the device is dropped. The counters are recomputed later by the space phase.
 
 use cairn_blockdev::{AlignedBuf, BlockDevice, DeviceError};
+use cairn_format::agf::Agf;
+use cairn_format::agi::Agi;
+use cairn_format::dir::{ShortformDir, dir_data_entries};
 use cairn_format::header::stamp;
+use cairn_format::inode::{FileType, ForkFormat, InodeCore, fork_extents, local_bytes};
+use cairn_format::limits::{AG_AGF_BLOCK, AG_AGFL_BLOCK, AG_AGI_BLOCK};
 use cairn_format::limits::{BLOCK_SIZE_MAX, BLOCK_SIZE_MIN};
+use cairn_format::log::{LOG_RECORD_HEADER_BYTES, LogRecordHeader, log_header_crc};
 use cairn_format::ondisk::get_u32;
-use cairn_format::{Expected, FormatError, FsBlock, Lsn, MetaHeader, MetaKind, OnDisk, Superblock};
+use cairn_format::{
+    Expected, FormatError, FsBlock, InodeNumber, Lsn, MetaHeader, MetaKind, OnDisk, Superblock,
+    verify_header,
+};
 
 /// Bytes read at a time by the scan for a copy.
 const SCAN_BYTES: u64 = 8 << 20;
+/// Log blocks read for evidence when the copies tie (a record at its own place counts).
+const LOG_EVIDENCE_BLOCKS: u64 = 64;
 
 /// What became of the primary superblock.
 #[derive(Debug)]
@@ -48,8 +59,16 @@ pub(crate) fn settle_primary(
             None => votes.push((key, vec![ag])),
         }
     }
-    // Most votes wins; on a tie, the earliest group (the primary's, if it verifies).
-    let winner = votes.iter().rev().max_by_key(|(_, ags)| ags.len()).cloned();
+    // Most votes wins; on a tie (two AGs: the primary against its one copy), the one the
+    // rest of the filesystem agrees with; then the earliest group (the primary's).
+    let most = votes.iter().map(|(_, ags)| ags.len()).max().unwrap_or(0);
+    let tied = votes.iter().filter(|(_, ags)| ags.len() == most).count() > 1;
+    let score = |sb: &Superblock| if tied { evidence(device, sb) } else { 0 };
+    let winner = votes
+        .iter()
+        .rev()
+        .max_by_key(|(sb, ags)| (ags.len(), score(sb)))
+        .cloned();
     let Some((winner, ags)) = winner else {
         // Nothing fits the device: a verified primary stays (the check reports the rest).
         return Ok(match primary {
@@ -73,6 +92,100 @@ pub(crate) fn settle_primary(
     Ok(Primary::Rewritten { superblock, why })
 }
 
+/// How many structures the filesystem described by `sb` would find where it expects them:
+/// each AG's AGF, AGI and AGFL verifying (its geometry and UUID), the root inode verifying as
+/// a directory, and log records whose LSN names the place they sit in its log.
+fn evidence(device: &dyn BlockDevice, sb: &Superblock) -> u32 {
+    let g = sb.geometry;
+    let uuid = sb.uuid();
+    let block = |at: u64| read(device, g.byte_offset(FsBlock(at)), g.block_size);
+    let mut score = 0;
+    for ag in 0..g.ag_count {
+        let expected = |kind, offset: u32| Expected {
+            kind,
+            blkno: g.ag_start(ag) + u64::from(offset),
+            uuid,
+            owner: Some(u64::from(ag)),
+        };
+        let at = |offset: u32| g.ag_start(ag) + u64::from(offset);
+        let agf = block(at(AG_AGF_BLOCK))
+            .is_some_and(|raw| Agf::read(&raw, &expected(MetaKind::Agf, AG_AGF_BLOCK), &g).is_ok());
+        let agi = block(at(AG_AGI_BLOCK))
+            .is_some_and(|raw| Agi::read(&raw, &expected(MetaKind::Agi, AG_AGI_BLOCK), &g).is_ok());
+        let agfl = block(at(AG_AGFL_BLOCK)).is_some_and(|raw| {
+            verify_header(&raw, &expected(MetaKind::Agfl, AG_AGFL_BLOCK)).is_ok()
+        });
+        score += u32::from(agf) + u32::from(agi) + u32::from(agfl);
+    }
+    score + u32::from(root_is_its_own_parent(device, sb)) + placed_log_records(device, sb)
+}
+
+/// Whether `sb`'s root inode verifies as a directory whose `..` names itself.
+fn root_is_its_own_parent(device: &dyn BlockDevice, sb: &Superblock) -> bool {
+    let g = sb.geometry;
+    let root = sb.root_inode;
+    let block = |at: u64| read(device, g.byte_offset(FsBlock(at)), g.block_size);
+    let Some((at, offset)) = g.inode_position(InodeNumber(root)) else {
+        return false;
+    };
+    let expected = Expected {
+        kind: MetaKind::Inode,
+        blkno: root,
+        uuid: sb.uuid(),
+        owner: Some(root),
+    };
+    let Some(raw) = block(at.0) else {
+        return false;
+    };
+    let raw = &raw[offset..offset + g.inode_size as usize];
+    let Ok(core) = InodeCore::read(raw, &expected) else {
+        return false;
+    };
+    let fork = &raw[core.data_fork_range(g.inode_size)];
+    let parent = match core.data_format {
+        _ if core.file_type() != Some(FileType::Directory) => None,
+        ForkFormat::Local => local_bytes(fork, core.size)
+            .and_then(ShortformDir::decode)
+            .ok()
+            .map(|dir| dir.parent),
+        ForkFormat::Extents => fork_extents(fork, core.data_extent_count)
+            .ok()
+            .and_then(|extents| extents.into_iter().find(|e| e.file_block == 0))
+            .and_then(|first| block(first.fs_block.0))
+            .and_then(|data| dir_data_entries(&data).ok())
+            .and_then(|entries| entries.into_iter().find(|e| e.name == b"..parent"))
+            .map(|marker| marker.inode),
+        _ => Some(root),
+    };
+    parent == Some(root)
+}
+
+/// Log records in the first blocks of `sb`'s log whose header verifies for its UUID and whose
+/// LSN names the block they sit in.
+fn placed_log_records(device: &dyn BlockDevice, sb: &Superblock) -> u32 {
+    let g = sb.geometry;
+    let count = u64::from(g.log_blocks).min(LOG_EVIDENCE_BLOCKS);
+    let Some(raw) = read_len(
+        device,
+        g.byte_offset(FsBlock(g.log_start)),
+        count * u64::from(g.block_size),
+    ) else {
+        return 0;
+    };
+    let sectors_per_block = u64::from(g.block_size) / 512;
+    raw.chunks_exact(g.block_size as usize)
+        .enumerate()
+        .filter(|(index, block)| {
+            let sector = &block[..LOG_RECORD_HEADER_BYTES.min(block.len())];
+            LogRecordHeader::decode(sector).is_ok_and(|h| {
+                h.uuid == sb.uuid()
+                    && h.header_crc == log_header_crc(sector)
+                    && u64::from(h.lsn.block()) == *index as u64 * sectors_per_block
+            })
+        })
+        .count() as u32
+}
+
 /// A superblock as AG 0 would hold it, with what differs between copies cleared (header LSN
 /// and CRC, and the counters the space phase recomputes).
 fn normalized(sb: &Superblock) -> Superblock {
@@ -85,18 +198,28 @@ fn normalized(sb: &Superblock) -> Superblock {
     sb
 }
 
-/// Every verified copy in AGs 1 and up, with its AG.
+/// Every verified copy in AGs 1 and up, with its AG: where the primary's geometry puts them
+/// and, when that finds none (the primary's own geometry may be the damage), where a copy
+/// found by its claimed place or a scan puts them.
 fn find_copies(
     device: &dyn BlockDevice,
     primary: &Result<Superblock, FormatError>,
 ) -> Vec<(u32, Superblock)> {
-    let claimed = match primary {
-        Ok(sb) => Some(sb.clone()),
-        Err(_) => first_copy_by_claimed_geometry(device).or_else(|| scan_for_copy(device)),
-    };
-    let Some(template) = claimed else {
-        return Vec::new();
-    };
+    let copies = primary
+        .as_ref()
+        .map(|sb| copies_where(device, sb))
+        .unwrap_or_default();
+    if !copies.is_empty() {
+        return copies;
+    }
+    first_copy_by_claimed_geometry(device)
+        .or_else(|| scan_for_copy(device))
+        .map(|template| copies_where(device, &template))
+        .unwrap_or_default()
+}
+
+/// The verified copies at the AG starts `template`'s geometry gives.
+fn copies_where(device: &dyn BlockDevice, template: &Superblock) -> Vec<(u32, Superblock)> {
     let g = template.geometry;
     (1..g.ag_count)
         .filter_map(|ag| {

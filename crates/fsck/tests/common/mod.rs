@@ -31,10 +31,11 @@ pub struct Image {
     pub big: u64,
 }
 
-fn format_device() -> Arc<MemDevice> {
+fn format_device(ag_count: Option<u32>) -> Arc<MemDevice> {
     let device = MemDevice::new(IMAGE_BYTES, SECTOR);
     let request = Request {
         fs_bytes: Some(IMAGE_BYTES),
+        ag_count,
         ..Request::default()
     };
     let plan = cairn_mkfs::plan(IMAGE_BYTES, SECTOR, &request).unwrap();
@@ -49,7 +50,12 @@ fn format_device() -> Arc<MemDevice> {
 
 /// Builds the populated image, unmounts it cleanly and writes it to a file.
 pub fn populated() -> Image {
-    let device = format_device();
+    populated_in(None)
+}
+
+/// The populated image in `ag_count` AGs (the default for its size when `None`).
+pub fn populated_in(ag_count: Option<u32>) -> Image {
+    let device = format_device(ag_count);
     let dyn_device: Arc<dyn BlockDevice> = device.clone();
     let fs = Filesystem::mount(dyn_device, MountOptions::default()).unwrap();
     let who = Credentials::root();
