@@ -302,6 +302,11 @@ impl Filesystem {
         })
     }
 
+    /// The log's space in one line (`Journal::space_report`), for reports of stuck requests.
+    pub fn log_space_report(&self) -> String {
+        self.journal.space_report()
+    }
+
     /// A snapshot of every subsystem's counters.
     pub fn stats(&self) -> FsStats {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);

@@ -203,7 +203,14 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
         set_readahead(&mountpoint, request.config.fuse.readahead_bytes);
     }
     spawn_signal_thread(signals, unmounter);
-    let watchdog = crate::watchdog::Watchdog::spawn(Arc::clone(&requests));
+    let describe = {
+        let core = Arc::clone(&core);
+        Box::new(move || match core.get() {
+            Ok(fs) => fs.log_space_report(),
+            Err(error) => error.to_string(),
+        })
+    };
+    let watchdog = crate::watchdog::Watchdog::spawn(Arc::clone(&requests), describe);
     // Closing the pipe (dropping it here) is what lets the parent exit.
     if let Some(mut pipe) = ready.take() {
         let _ = pipe.write_all(READY.as_bytes());

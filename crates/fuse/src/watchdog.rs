@@ -25,14 +25,15 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    /// Starts watching `requests`.
-    pub fn spawn(requests: Arc<RequestStats>) -> Watchdog {
+    /// Starts watching `requests`; `describe` adds the filesystem's state (the log's space)
+    /// to a report of stuck requests.
+    pub fn spawn(requests: Arc<RequestStats>, describe: Describe) -> Watchdog {
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("cairn-watchdog".into())
             .spawn(move || {
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(SCAN_INTERVAL) {
-                    scan(&requests);
+                    scan(&requests, &describe);
                 }
             });
         let thread = match thread {
@@ -59,8 +60,11 @@ impl Drop for Watchdog {
     }
 }
 
+/// What the watchdog adds to a report of stuck requests.
+pub type Describe = Box<dyn Fn() -> String + Send>;
+
 /// One look: stuck requests (each reported once) and lock cycles.
-fn scan(requests: &RequestStats) {
+fn scan(requests: &RequestStats, describe: &Describe) {
     let stuck = requests.take_unreported_older_than(STUCK_AFTER);
     for request in &stuck {
         tracing::warn!(
@@ -73,6 +77,7 @@ fn scan(requests: &RequestStats) {
     }
     if !stuck.is_empty() {
         tracing::warn!(threads = %thread_states(), "daemon threads (name: state, wait channel)");
+        tracing::warn!(log = %describe(), "log space");
     }
     for cycle in cairn_lockrank::lock_cycles() {
         tracing::error!("{cycle}");

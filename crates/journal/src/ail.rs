@@ -65,6 +65,32 @@ impl Ail {
         self.items.get_mut(&key)
     }
 
+    /// The oldest item, described for a report of stuck requests: what holds the tail.
+    pub(crate) fn describe_oldest(&self) -> String {
+        let Some((lsn, key)) = self.by_lsn.first() else {
+            return "empty".to_string();
+        };
+        let state = match self.items.get(key).map(|(_, item)| item) {
+            Some(AilItem::Buffer { handle, .. }) => format!(
+                "buffer pinned {} dirty {} stale {}",
+                handle.pin_count(),
+                handle.is_dirty(),
+                handle.is_stale()
+            ),
+            Some(AilItem::Inode {
+                version, flushed, ..
+            }) => format!(
+                "inode version {version} copied {:?}",
+                flushed
+                    .as_ref()
+                    .map(|(handle, copied)| (*copied, handle.is_dirty()))
+            ),
+            Some(AilItem::Intent { extents }) => format!("intent of {} extents", extents.len()),
+            None => "missing".to_string(),
+        };
+        format!("{key:?} at {lsn:?}: {state}")
+    }
+
     /// The oldest LSN in the AIL: the log tail may not pass it.
     pub fn min_lsn(&self) -> Option<Lsn> {
         self.by_lsn.first().map(|(lsn, _)| *lsn)

@@ -371,6 +371,32 @@ impl Journal {
         }
     }
 
+    /// One line on the log's space for reports of stuck requests (the daemon's watchdog):
+    /// head, tail, durable tail, bytes granted and kept, reservations waiting, the AIL's
+    /// size and the oldest item, which holds the tail.
+    pub fn space_report(&self) -> String {
+        let space = self.inner.space.lock();
+        let line = format!(
+            "head {:?} tail {:?} durable tail {:?} used {} granted {} kept {} of {} bytes, \
+             {} waiting",
+            space.head,
+            space.tail,
+            space.durable_tail,
+            space.used_bytes(&self.inner.layout),
+            space.grant_bytes,
+            space.kept_bytes,
+            space.capacity_bytes,
+            space.next_ticket - space.serving_ticket
+        );
+        drop(space);
+        let ail = self.inner.ail.lock();
+        format!(
+            "{line}; AIL {} items, oldest {}",
+            ail.len(),
+            ail.describe_oldest()
+        )
+    }
+
     /// The current head and tail (in memory) of the log.
     pub fn head_and_tail(&self) -> (Lsn, Lsn) {
         let space = self.inner.space.lock();

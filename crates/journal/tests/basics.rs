@@ -171,6 +171,11 @@ fn unfinished_intents_are_reported_and_relogged() {
     journal.force(tx.commit().unwrap()).unwrap();
     assert_eq!(journal.pending_intents().len(), 1);
     journal.check_invariants();
+    // The watchdog's report names what holds the tail: the open intent.
+    journal.push_ail().unwrap();
+    let report = journal.space_report();
+    assert!(report.contains("oldest Intent"), "{report}");
+    assert!(report.contains("intent of 1 extents"), "{report}");
     let crashed = crash(&device);
     let (recovered, report) = open(&crashed, &sb, quiet(LogMode::Delayed));
     assert_eq!(report.unfinished_intents.len(), 1);
