@@ -30,33 +30,33 @@ use cairn_format::log::LogItem;
 const WAIT_SLICE_MS: u64 = 5;
 /// The share of the log (1/n) kept for transactions that finish intents.
 const KEPT_FOR_INTENTS_DIVISOR: u64 = 8;
-/// A wait for log space gives up (and reports `NoProgress`) once the log's head and tail
-/// have both stood still this long while the waiter pushed: a slow log under load keeps
-/// moving and is waited for, only a stuck one is reported.
+/// A wait for log space gives up (and reports `NoProgress`) once the log's tail has stood
+/// still this long while the waiter pushed: a tail that moves, however slowly, frees space
+/// and is waited for; one that does not will never grant the wait. (Not the head: the
+/// waiter's own marker records move it.)
 const SPACE_STALL_LIMIT: Duration = Duration::from_secs(60);
 
 /// Unmount gives up writing the AIL home (nothing else runs then) after this many pushes.
 const UNMOUNT_PUSH_ATTEMPTS_MAX: u32 = 2000;
 
-/// Watches a log-space wait for progress (the head or tail moving).
+/// Watches a log-space wait for progress: the tail moving.
 struct StallClock {
-    seen: (Lsn, Lsn),
+    seen: Lsn,
     since: Instant,
 }
 
 impl StallClock {
     fn new(space: &Space) -> Self {
         Self {
-            seen: (space.head, space.tail),
+            seen: space.tail,
             since: Instant::now(),
         }
     }
 
-    /// Whether the log has stood still for `SPACE_STALL_LIMIT`.
+    /// Whether the tail has stood still for `SPACE_STALL_LIMIT`.
     fn stuck(&mut self, space: &Space) -> bool {
-        let now = (space.head, space.tail);
-        if now != self.seen {
-            self.seen = now;
+        if space.tail != self.seen {
+            self.seen = space.tail;
             self.since = Instant::now();
         }
         self.since.elapsed() >= SPACE_STALL_LIMIT
