@@ -9,6 +9,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use fuser::ReaderGate;
@@ -31,23 +32,30 @@ fn eventually(done: impl Fn() -> bool) {
     }
 }
 
-fn spawn_waiter(gate: &Arc<ReaderGate>, device: &Arc<OwnedFd>) -> std::thread::JoinHandle<bool> {
+fn spawn_waiter(gate: &Arc<ReaderGate>, device: &Arc<OwnedFd>) -> JoinHandle<bool> {
     let (gate, device) = (Arc::clone(gate), Arc::clone(device));
     std::thread::spawn(move || gate.wait_turn(device.as_fd()))
+}
+
+/// A gate whose one reader (this thread) just took a request with nothing queued behind it,
+/// and a second thread parked: the state both tests start from.
+fn reader_with_a_parked_thread() -> (Arc<OwnedFd>, File, Arc<ReaderGate>, JoinHandle<bool>) {
+    let (device, writer) = pipe();
+    let gate = Arc::new(ReaderGate::new());
+    assert!(gate.wait_turn(device.as_fd()));
+    let follower = spawn_waiter(&gate, &device);
+    eventually(|| gate.parked() == 1);
+    gate.received(device.as_fd());
+    (device, writer, gate, follower)
 }
 
 // One thread reads while nothing is queued; a second parks until the reader sees a queued
 // request, then is called; closing the session releases parked threads.
 #[test]
 fn a_parked_thread_is_called_only_when_requests_queue() {
-    let (device, mut writer) = pipe();
-    let gate = Arc::new(ReaderGate::new());
-    assert!(gate.wait_turn(device.as_fd()));
-    let follower = spawn_waiter(&gate, &device);
-    eventually(|| gate.parked() == 1);
-    // The reader takes a request with nothing behind it: nobody is called, and the same
+    // The reader took a request with nothing behind it: nobody is called, and the same
     // thread reads again.
-    gate.received(device.as_fd());
+    let (device, mut writer, gate, follower) = reader_with_a_parked_thread();
     assert!(gate.wait_turn(device.as_fd()));
     assert_eq!(gate.parked(), 1);
     // Requests queue behind the one it takes: the parked thread is called.
@@ -69,12 +77,7 @@ fn a_parked_thread_is_called_only_when_requests_queue() {
 // request (one that arrived when nothing else was queued).
 #[test]
 fn requests_behind_a_long_one_are_read_by_a_parked_thread() {
-    let (device, mut writer) = pipe();
-    let gate = Arc::new(ReaderGate::new());
-    assert!(gate.wait_turn(device.as_fd()));
-    let follower = spawn_waiter(&gate, &device);
-    eventually(|| gate.parked() == 1);
-    gate.received(device.as_fd());
+    let (_device, mut writer, gate, follower) = reader_with_a_parked_thread();
     writer.write_all(b"x").unwrap();
     assert!(follower.join().unwrap());
     assert_eq!(gate.readers(), 1);
