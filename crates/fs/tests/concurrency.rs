@@ -50,10 +50,15 @@ impl Watchdog {
                 if cycles.is_empty() && !stuck {
                     continue;
                 }
-                eprintln!("HANG: no operation finished for {:?}", last.1.elapsed());
+                let mut report = if stuck {
+                    format!("HANG: no operation finished for {:?}\n", last.1.elapsed())
+                } else {
+                    "HANG: a lock cycle\n".to_string()
+                };
                 for cycle in cycles {
-                    eprintln!("{cycle}");
+                    report.push_str(&format!("{cycle}\n"));
                 }
+                to_stderr(&report);
                 print_stacks();
                 std::process::abort();
             }
@@ -74,15 +79,36 @@ impl Drop for Watchdog {
     }
 }
 
-/// Every thread's stack, through gdb where it is installed (a hang's evidence).
+/// Straight to the process's stderr: the test harness captures `eprintln!` and would lose
+/// the report when the watchdog aborts.
+fn to_stderr(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(text.as_bytes());
+}
+
+/// Every thread's stack, through gdb where it is installed (a hang's evidence). gdb writes
+/// to this process's stderr itself: while attached it stops every thread here, so a pipe
+/// back to this process would fill and leave both waiting for good.
 fn print_stacks() {
     let pid = std::process::id().to_string();
-    let stacks = std::process::Command::new("gdb")
-        .args(["-p", &pid, "-batch", "-ex", "thread apply all bt 30"])
-        .output();
-    match stacks {
-        Ok(output) => eprintln!("{}", String::from_utf8_lossy(&output.stdout)),
-        Err(error) => eprintln!("no stacks (gdb: {error})"),
+    let stacks = std::process::Command::new("timeout")
+        .args([
+            "-k",
+            "5",
+            "120",
+            "gdb",
+            "-p",
+            &pid,
+            "-batch",
+            "-ex",
+            "thread apply all bt 30",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::io::stderr())
+        .stderr(std::io::stderr())
+        .status();
+    if let Err(error) = stacks {
+        to_stderr(&format!("no stacks (gdb: {error})\n"));
     }
 }
 
@@ -369,7 +395,6 @@ fn stress(threads: u64, secs: u64, seed: u64) {
     for handle in handles {
         handle.join().expect("a worker panicked");
     }
-    drop(watchdog);
     let counts: Vec<String> = KINDS
         .iter()
         .zip(&SUCCEEDED)
@@ -380,9 +405,22 @@ fn stress(threads: u64, secs: u64, seed: u64) {
         progress.load(Ordering::Relaxed),
         counts.join(", ")
     );
+    unmount_and_check(fs, &device, &progress);
+    drop(watchdog);
+}
+
+/// Unmounts and runs fsck while the watchdog still watches: an unmount that waits forever
+/// (for log space, for a buffer) is a hang too. Each phase counts as progress.
+fn unmount_and_check(
+    fs: Arc<Filesystem>,
+    device: &Arc<cairn_blockdev::MemDevice>,
+    progress: &AtomicU64,
+) {
+    progress.fetch_add(1, Ordering::Relaxed);
     let fs = Arc::into_inner(fs).expect("the only reference");
     fs.unmount().expect("unmount");
-    fsck_clean(&device);
+    progress.fetch_add(1, Ordering::Relaxed);
+    fsck_clean(device);
 }
 
 #[test]
@@ -441,8 +479,6 @@ fn regression_concurrent_forgets_of_unlinked_inodes() {
             handle.join().expect("a thread panicked");
         }
     }
+    unmount_and_check(fs, &device, &progress);
     drop(watchdog);
-    let fs = Arc::into_inner(fs).expect("the only reference");
-    fs.unmount().expect("unmount");
-    fsck_clean(&device);
 }
