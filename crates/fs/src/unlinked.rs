@@ -165,8 +165,9 @@ fn free_contents(fs: &Filesystem, number: u64, data: &mut InodeData) -> Result<(
 }
 
 /// The last transaction: the inode off its list and free in the inode trees. It locks the
-/// predecessor (found in the index) before the AGI, and checks under the AGI that the
-/// predecessor is still the one locked.
+/// predecessor (found in the index) before the AGI, checks once it holds that lock that the
+/// predecessor is still the one in the index (so it is not a freed inode), and checks again
+/// under the AGI (a new head may have been inserted before the inode).
 fn free_unlisted(fs: &Filesystem, number: u64, data: &mut InodeData) -> Result<(), FsError> {
     let (ag, ag_inode) = fs.geometry.split_inode_number(number)?;
     let index = &fs.ags[ag as usize].unlinked;
@@ -178,6 +179,13 @@ fn free_unlisted(fs: &Filesystem, number: u64, data: &mut InodeData) -> Result<(
             previous => Some(fs.inode(fs.geometry.ag_inode_to_number(ag, previous))?),
         };
         let mut before_data = before.as_ref().map(|inode| inode.lock_nested(PREDECESSOR));
+        // The predecessor may have been freed (and its number allocated again) between the
+        // index read and its lock: holding a free inode's lock while waiting for the AGI
+        // deadlocks with the allocator, which locks a fresh inode under the AGI. Once locked
+        // and still the predecessor, it stays allocated: freeing it needs this lock.
+        if before.is_some() && index.lock().previous(ag_inode) != Some(previous) {
+            continue;
+        }
         let mut tx = fs.begin(Reservation::remove(&fs.geometry))?;
         let mut agi = read_agi(fs, &mut tx, ag)?;
         if index.lock().previous(ag_inode) != Some(previous) {
