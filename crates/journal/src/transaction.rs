@@ -266,10 +266,14 @@ impl<'j> Transaction<'j> {
             return Ok(CommitSequence(inner.cil.lock().sequence()));
         }
         let sync = (inner.config.mode == LogMode::Sync).then(|| inner.sync_commit.lock());
-        let (sequence, items_bytes, used) = self.insert_into_cil();
+        let (sequence, items_bytes, used, shrunk) = self.insert_into_cil();
         self.joined.clear();
         bump(&inner.stats.commits, 1);
-        inner.settle_grant(self.reservation.bytes, used);
+        // A shrink of the context's charge is given back too: the context's write returns
+        // only its final charge, so a shrink kept in the grant would never leave it (a leak
+        // that grew with every intent finished in its own checkpoint until no reservation
+        // fitted an empty log: the mount stress runs' hang).
+        inner.settle_grant(self.reservation.bytes + shrunk, used);
         if used > self.reservation.bytes {
             let error = JournalError::ReservationOverrun {
                 used_bytes: used,
@@ -288,8 +292,9 @@ impl<'j> Transaction<'j> {
     }
 
     /// Under the CIL lock: every change into the current context. Returns the context's
-    /// sequence, its item bytes, and the bytes this commit added to its charge.
-    fn insert_into_cil(&mut self) -> (u64, u64, u64) {
+    /// sequence, its item bytes, and the bytes this commit added to its charge and took off
+    /// it (a done item whose intent is in the same context removes both: the charge shrinks).
+    fn insert_into_cil(&mut self) -> (u64, u64, u64, u64) {
         let inner = &self.journal.inner;
         let block = u64::from(inner.geometry.block_size);
         let mut cil = inner.cil.lock();
@@ -329,6 +334,7 @@ impl<'j> Transaction<'j> {
             cil.sequence(),
             cil.current.items_bytes,
             after.saturating_sub(before),
+            before.saturating_sub(after),
         );
         drop(cil);
         bump(&inner.stats.items_logged, logged);

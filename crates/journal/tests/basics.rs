@@ -245,6 +245,42 @@ fn finishing_an_intent_never_waits_behind_the_tail_it_holds() {
     journal.check_invariants();
 }
 
+/// The bytes granted, from the watchdog's report of the log's space.
+fn granted(journal: &cairn_journal::Journal) -> u64 {
+    let report = journal.space_report();
+    let after = report
+        .split("granted ")
+        .nth(1)
+        .expect("granted in the report");
+    after.split(' ').next().unwrap().parse().unwrap()
+}
+
+// Intents finished in their own checkpoint (the done item removes both from the context)
+// give back all the log space they were granted: the grant leaked the shrink of the
+// context's charge, until no reservation fitted an empty log.
+#[test]
+fn intents_finished_in_their_checkpoint_leak_no_log_space() {
+    let (device, sb) = make_fs(64 << 20, None);
+    let (journal, _) = open(&device, &sb, quiet(LogMode::Delayed));
+    journal.force_all().unwrap();
+    let before = granted(&journal);
+    let extents = [FreeExtent {
+        start: FsBlock(9000),
+        length: 8,
+    }];
+    for _ in 0..50 {
+        let mut tx = journal.begin(reservation(&sb, 0)).unwrap();
+        let intent = tx.log_free_intent(&extents);
+        tx.commit().unwrap();
+        let mut tx = journal.begin_finishing(reservation(&sb, 0)).unwrap();
+        tx.log_free_done(intent);
+        tx.commit().unwrap();
+    }
+    journal.force_all().unwrap();
+    assert_eq!(granted(&journal), before, "{}", journal.space_report());
+    journal.check_invariants();
+}
+
 // A freed block's earlier images are never replayed over what the block holds later.
 #[test]
 fn freed_blocks_are_not_replayed() {
