@@ -246,6 +246,14 @@ impl<'c, B: Buffers<'c>> Buffers<'c> for AgCtx<'_, B> {
     fn holds(&mut self, block: FsBlock) -> bool {
         self.bufs.holds(block)
     }
+
+    fn joined_mark(&mut self) -> usize {
+        self.bufs.joined_mark()
+    }
+
+    fn release_unchanged_since(&mut self, mark: usize) -> bool {
+        self.bufs.release_unchanged_since(mark)
+    }
 }
 
 impl<'c, B: Buffers<'c>> TreeContext<'c> for AgCtx<'_, B> {

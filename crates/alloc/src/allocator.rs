@@ -254,12 +254,15 @@ impl Allocator {
         let floor = self.floor(bufs, request.lowest_ag);
         let (first, wrapped) = self.ag_order(request, floor);
         let mut counters = OpCounters::default();
+        let mut holds_one = false;
         for ag in first {
+            let mark = bufs.joined_mark();
             if let Some(found) = self.try_ag(bufs, log, request, ag, &mut counters)? {
                 return Ok((Some(found), counters));
             }
+            holds_one |= self.still_held(bufs, ag, mark);
         }
-        if counters.ags_tried == 0 && request.mode != Mode::Exact {
+        if !holds_one && request.mode != Mode::Exact {
             for ag in wrapped {
                 if let Some(found) = self.try_ag(bufs, log, request, ag, &mut counters)? {
                     return Ok((Some(found), counters));
@@ -268,6 +271,16 @@ impl Allocator {
         }
         self.stats.failures.fetch_add(1, Ordering::Relaxed);
         Ok((None, counters))
+    }
+
+    /// After AG `ag` failed a request: gives back what the attempt locked without changing
+    /// (a failed search changes nothing unless it refilled the free list) and says whether
+    /// the AG's AGF is still held, which keeps the search from wrapping to lower AGs. Without
+    /// the give-back a nearly full AG near the target ended every search there: `NoSpace`
+    /// with most of the filesystem free.
+    fn still_held<'c, B: Buffers<'c>>(&self, bufs: &mut B, ag: u32, mark: usize) -> bool {
+        bufs.release_unchanged_since(mark);
+        bufs.holds(agf_block(&self.geometry, AgNumber(ag)))
     }
 
     fn try_ag<'c, B: Buffers<'c>>(
@@ -317,6 +330,12 @@ impl Allocator {
         request: &Request,
         state: &mut MutexGuard<'_, AgState>,
     ) -> Result<Option<Allocation>, AllocError> {
+        let spare = self.spare(ctx.agf.free_blocks, request);
+        if ctx.agf.longest_free.min(spare) < request.min_len {
+            // Refilling the free list first would change the AGF for nothing and keep it
+            // held, ending the search above this AG.
+            return Ok(None);
+        }
         let mut space = AgSpace::open(ctx)?;
         if !self.fill_free_list(ctx, &mut space, state, log)? {
             return Ok(None);

@@ -38,6 +38,21 @@ pub trait Buffers<'c> {
         let _ = block;
         false
     }
+
+    /// How many buffers the context holds now: a mark for `release_unchanged_since`.
+    fn joined_mark(&mut self) -> usize {
+        0
+    }
+
+    /// Gives back (unlocks) every buffer taken after `mark` that the context has not changed;
+    /// true when none is left held. The allocator calls it after an AG it locked could not
+    /// serve a request, so the transaction may still lock a lower AG (AG locks ascend over
+    /// what is held, and that AG is no longer held). The default keeps everything: safe, but
+    /// such a failure then ends the search at the AGs above.
+    fn release_unchanged_since(&mut self, mark: usize) -> bool {
+        let _ = mark;
+        false
+    }
 }
 
 /// Buffers plus the blocks a tree grows into and shrinks out of.
@@ -59,6 +74,9 @@ pub struct CacheContext<'c> {
     /// Keyed by block number; Fx rather than SipHash because a lookup per tree step is on
     /// every search's path and the keys are our own block numbers, not hostile input.
     held: FxHashMap<u64, BufGuard<'c>>,
+    /// Blocks in the order they were first handed out, with their changed ranges then (a
+    /// context never takes them, so "unchanged" means "the same as when handed out").
+    joined: Vec<(u64, Vec<std::ops::Range<usize>>)>,
     pool: Vec<FsBlock>,
     freed: Vec<FsBlock>,
 }
@@ -74,6 +92,7 @@ impl<'c> CacheContext<'c> {
         Self {
             cache,
             held: FxHashMap::default(),
+            joined: Vec::new(),
             pool,
             freed: Vec::new(),
         }
@@ -106,6 +125,7 @@ impl<'c> CacheContext<'c> {
 
     /// Ends the operation: dirty buffers are queued for write-back, all are released.
     pub fn release_all(&mut self) {
+        self.joined.clear();
         for (_, guard) in self.held.drain() {
             if guard.is_dirty() {
                 guard.queue_delwri();
@@ -155,6 +175,7 @@ impl<'c> Buffers<'c> for CacheContext<'c> {
                     self.cache.get(key, spec)
                 }
                 .map_err(buffer_error(block))?;
+                self.joined.push((block.0, guard.dirty_ranges().to_vec()));
                 Ok(slot.insert(guard))
             }
         }
@@ -174,6 +195,32 @@ impl<'c> Buffers<'c> for CacheContext<'c> {
 
     fn holds(&mut self, block: FsBlock) -> bool {
         self.held.contains_key(&block.0)
+    }
+
+    fn joined_mark(&mut self) -> usize {
+        self.joined.len()
+    }
+
+    fn release_unchanged_since(&mut self, mark: usize) -> bool {
+        let from = mark.min(self.joined.len());
+        let mut kept = Vec::new();
+        for (block, ranges_then) in self.joined.drain(from..).collect::<Vec<_>>() {
+            let Some(guard) = self.held.get(&block) else {
+                continue;
+            };
+            if guard.dirty_ranges() == ranges_then.as_slice() && !guard.is_stale() {
+                if let Some(guard) = self.held.remove(&block)
+                    && guard.is_dirty()
+                {
+                    guard.queue_delwri();
+                }
+            } else {
+                kept.push((block, ranges_then));
+            }
+        }
+        let all_released = kept.is_empty();
+        self.joined.extend(kept);
+        all_released
     }
 }
 

@@ -75,6 +75,14 @@ impl<'j> Buffers<'j> for Tx<'j> {
     fn holds(&mut self, block: FsBlock) -> bool {
         self.tx.buf_mut(BufKey::single(block.0)).is_some()
     }
+
+    fn joined_mark(&mut self) -> usize {
+        self.tx.joined_count()
+    }
+
+    fn release_unchanged_since(&mut self, mark: usize) -> bool {
+        self.tx.release_unchanged_since(mark)
+    }
 }
 
 /// `Buffers` for a tree context whose `tx` field is the transaction: every call goes to it.
@@ -100,6 +108,14 @@ macro_rules! buffers_through_tx {
 
             fn holds(&mut self, block: cairn_format::FsBlock) -> bool {
                 self.tx.holds(block)
+            }
+
+            fn joined_mark(&mut self) -> usize {
+                self.tx.joined_mark()
+            }
+
+            fn release_unchanged_since(&mut self, mark: usize) -> bool {
+                self.tx.release_unchanged_since(mark)
             }
         }
     };

@@ -179,6 +179,32 @@ impl<'j> Transaction<'j> {
         Ok(&mut joined.guard)
     }
 
+    /// How many buffers are joined: a mark for `release_unchanged_since`.
+    pub fn joined_count(&self) -> usize {
+        self.joined.len()
+    }
+
+    /// Unlocks the buffers joined after `mark` that this transaction has not changed (no
+    /// changed ranges, not new, not freed): nothing of them would be logged, so letting
+    /// another transaction have them changes nothing this one did. Returns whether every
+    /// buffer joined after `mark` went.
+    pub fn release_unchanged_since(&mut self, mark: usize) -> bool {
+        let from = mark.min(self.joined.len());
+        let changed: Vec<Joined<'j>> = self
+            .joined
+            .drain(from..)
+            .filter(|joined| {
+                !joined.guard.dirty_ranges().is_empty()
+                    || joined.guard.is_stale()
+                    || joined.recreated
+                    || joined.create.is_some()
+            })
+            .collect();
+        let all_released = changed.is_empty();
+        self.joined.extend(changed);
+        all_released
+    }
+
     /// The joined guard of `key`, if joined.
     pub fn buf_mut(&mut self, key: BufKey) -> Option<&mut BufGuard<'j>> {
         let index = self.position(key).ok().flatten()?;

@@ -11,6 +11,7 @@ use cairn_format::{FsBlock, HEADER_SIZE, InodeNumber};
 use cairn_journal::{FreeExtent, JournalError, LogMode, Reservation};
 use common::*;
 use std::sync::Arc;
+use std::time::Duration;
 
 fn reservation(superblock: &cairn_format::Superblock, buffers: u32) -> Reservation {
     let g = &superblock.geometry;
@@ -278,6 +279,61 @@ fn intents_finished_in_their_checkpoint_leak_no_log_space() {
     }
     journal.force_all().unwrap();
     assert_eq!(granted(&journal), before, "{}", journal.space_report());
+    journal.check_invariants();
+}
+
+// A transaction gives back the buffers it read and did not change since a mark (an
+// allocator's failed look at an AG), keeps the changed and new ones, and commits only those.
+#[test]
+fn unchanged_buffers_are_given_back_since_a_mark() {
+    let (device, sb) = make_fs(64 << 20, None);
+    let (journal, _) = open(&device, &sb, quiet(LogMode::Delayed));
+    let mut tx = journal.begin(reservation(&sb, 3)).unwrap();
+    for index in 0..3 {
+        create_block(&mut tx, &sb, index, 1);
+    }
+    journal.force(tx.commit().unwrap()).unwrap();
+    let mut tx = journal.begin(reservation(&sb, 3)).unwrap();
+    tx.get_buf(test_block(&sb, 0), &spec())
+        .unwrap()
+        .write(HEADER_SIZE, &[2])
+        .unwrap();
+    let mark = tx.joined_count();
+    tx.get_buf(test_block(&sb, 1), &spec()).unwrap();
+    assert!(
+        tx.release_unchanged_since(mark),
+        "only an unchanged buffer after the mark"
+    );
+    assert!(tx.buf_mut(test_block(&sb, 1)).is_none());
+    // Another transaction may lock it now (it would wait for this one otherwise).
+    let (done, finished) = std::sync::mpsc::channel();
+    let mut tx = Some(tx);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut other = journal.begin(reservation(&sb, 1)).unwrap();
+            other.get_buf(test_block(&sb, 1), &spec()).unwrap();
+            other.cancel().unwrap();
+            done.send(()).unwrap();
+        });
+        if finished.recv_timeout(Duration::from_secs(60)).is_err() {
+            drop(tx.take()); // lets the other thread finish, so the test fails, not hangs
+        }
+    });
+    let mut tx = tx.expect("the given-back buffer was still locked");
+    let mark = tx.joined_count();
+    tx.get_buf(test_block(&sb, 1), &spec()).unwrap();
+    tx.get_buf(test_block(&sb, 2), &spec())
+        .unwrap()
+        .write(HEADER_SIZE, &[3])
+        .unwrap();
+    assert!(!tx.release_unchanged_since(mark), "a changed buffer stays");
+    assert!(
+        tx.buf_mut(test_block(&sb, 0)).is_some(),
+        "joined before the mark"
+    );
+    assert!(tx.buf_mut(test_block(&sb, 1)).is_none());
+    assert!(tx.buf_mut(test_block(&sb, 2)).is_some());
+    journal.force(tx.commit().unwrap()).unwrap();
     journal.check_invariants();
 }
 
