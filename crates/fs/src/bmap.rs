@@ -271,8 +271,9 @@ impl FileMap {
         }
     }
 
-    /// Maps every hole in file blocks `start..end`, at most `EXTENTS_PER_STEP` new extents;
-    /// returns the first block not yet examined (`end` when done).
+    /// Maps every hole in file blocks `start..end`, at most `EXTENTS_PER_STEP` new extents,
+    /// fewer when the AGs this step holds run out; returns the first block not yet mapped
+    /// (`end` when done).
     pub fn map_range(
         &mut self,
         fs: &Filesystem,
@@ -289,9 +290,13 @@ impl FileMap {
                 Mapping::Mapped(extent) => block = extent.file_end(),
                 Mapping::Hole { length } => {
                     let want = length.min(end - block);
-                    block = self
-                        .allocate(fs, tx, data, block, want, placement)?
-                        .file_end();
+                    match self.allocate(fs, tx, data, block, want, placement) {
+                        Ok(extent) => block = extent.file_end(),
+                        // This step's allocations hold their AGs, and AGs ascend within a
+                        // transaction: the next step, in a new one, may look below them.
+                        Err(FsError::NoSpace) if allocated > 0 => break,
+                        Err(error) => return Err(error),
+                    }
                     allocated += 1;
                 }
             }

@@ -2,8 +2,8 @@
 
 mod common;
 
-use cairn_fs::{FileKind, Filesystem, FsError, XattrFlags};
-use common::{fsck_clean, make_device, mount, root};
+use cairn_fs::{FallocateMode, FileKind, Filesystem, FsError, XattrFlags};
+use common::{fsck_clean, make_device, make_small_block_device, mount, root};
 
 const CHUNK: usize = 256 << 10;
 
@@ -163,6 +163,67 @@ fn full_filesystem_takes_back_speculative_blocks() {
     let free = fs.statfs().unwrap().blocks_free;
     assert!(free < 64, "{free} blocks left free");
     assert_eq!(fs.read(kept, size - 10, 10).unwrap(), vec![0x42; 10]);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+// The last AG full but for single free blocks, the lower ones empty: a large write by a file
+// of that AG takes what the AG can give and goes on in the others. The allocator used to stop
+// at the AG its transaction had locked (AG locks ascend within a transaction, and the others
+// are below it) and the write failed with NoSpace while three quarters of the filesystem
+// were free: whenever the AG ran out within a step of several allocations, so the number of
+// free single blocks varies.
+#[test]
+fn a_full_ag_sends_writes_to_the_others() {
+    for holes in 200..216 {
+        write_past_a_full_ag(holes);
+    }
+}
+
+fn write_past_a_full_ag(holes: u64) {
+    const BLOCK: u64 = 4096;
+    let device = make_small_block_device(64 << 20, BLOCK as u32, 4);
+    let fs = mount(&device);
+    let ag_bytes = (64 << 20) / 4;
+    let ags_of = |fs: &Filesystem, inode: u64| -> Vec<u64> {
+        let extents = fs.file_extents(inode).unwrap();
+        extents.iter().map(|e| e.physical / ag_bytes).collect()
+    };
+    let dir = (0..8)
+        .map(|i| {
+            let dir = fs.mkdir(fs.root(), format!("d{i}").as_bytes(), 0o755, &root());
+            let dir = dir.unwrap().inode;
+            let probe = file(&fs, dir, b"probe").unwrap();
+            fs.write(probe, 0, &[1; 4096]).unwrap();
+            (dir, ags_of(&fs, probe)[0])
+        })
+        .find(|&(_, ag)| ag == 3)
+        .expect("a directory whose files go to the last AG")
+        .0;
+    let filler = file(&fs, dir, b"filler").unwrap();
+    let chunk = vec![0x11u8; 256 << 10];
+    let mut size = 0u64;
+    while ags_of(&fs, filler).iter().all(|&ag| ag == 3) {
+        fs.write(filler, size, &chunk).unwrap();
+        size += chunk.len() as u64;
+    }
+    // No speculative blocks to take back: the write's retry after giving them back would
+    // hide the failure.
+    fs.trim_idle(std::time::Duration::ZERO).unwrap();
+    for index in 0..holes {
+        fs.fallocate(filler, index * 2 * BLOCK, BLOCK, FallocateMode::PunchHole)
+            .unwrap();
+    }
+    let writer = file(&fs, dir, b"writer").unwrap();
+    let data: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+    let written = fs.write(writer, 0, &data);
+    assert_eq!(
+        written.unwrap() as usize,
+        data.len(),
+        "{holes} single free blocks"
+    );
+    assert_eq!(fs.read(writer, 0, data.len() as u32).unwrap(), data);
+    assert!(ags_of(&fs, writer).iter().any(|&ag| ag < 3));
     fs.unmount().unwrap();
     fsck_clean(&device);
 }
