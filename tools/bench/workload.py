@@ -118,13 +118,19 @@ def run_workers(count, target, args, on_ready=None):
 
 
 def watch(procs, barrier):
-    """Breaks the barrier when a worker dies without a word (a signal, os._exit)."""
+    """Breaks the barrier when a worker dies without a word (a signal, os._exit). It looks at
+    an exit without reaping it (WNOWAIT): the parent joins the workers too, and of two
+    threads reaping one child the loser reads no exit code (None), which used to fail a run
+    whose workers all succeeded."""
     pending = {proc.sentinel: proc for proc in procs}
     while pending:
         for sentinel in multiprocessing.connection.wait(list(pending)):
             proc = pending.pop(sentinel)
-            proc.join()
-            if proc.exitcode != 0:
+            try:
+                info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+            except ChildProcessError:
+                continue  # the parent has reaped it: the gates are passed
+            if info.si_code != os.CLD_EXITED or info.si_status != 0:
                 barrier.abort()
                 return
 
