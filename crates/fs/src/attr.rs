@@ -45,6 +45,12 @@ impl Filesystem {
         }
         let mut data = handle.data.lock();
         apply(&mut data, changes, who);
+        if data.core.nlink == 0 && only_times(changes) {
+            // An unlinked inode's times are not logged: a crash frees it, and whatever
+            // changes it later (a link of an O_TMPFILE file, its free) logs its whole image.
+            // The kernel sends this after every unlink (the ctime of a writeback-cache inode).
+            return Ok(data.attr(inode, self.geometry.block_size));
+        }
         let mut tx = self.begin(Reservation::for_items(&self.geometry, 0, 0, 1, 0))?;
         Self::log_inode(&mut tx, inode, &mut data);
         self.commit(tx, &mut [&mut data])?;
@@ -210,6 +216,25 @@ fn check_setattr(
         write?;
     }
     Ok(())
+}
+
+/// Whether `changes` sets times and nothing else.
+fn only_times(changes: &SetAttr) -> bool {
+    let SetAttr {
+        mode,
+        uid,
+        gid,
+        size,
+        atime,
+        mtime,
+        ctime,
+        file: _,
+    } = changes;
+    mode.is_none()
+        && uid.is_none()
+        && gid.is_none()
+        && size.is_none()
+        && (atime.is_some() || mtime.is_some() || ctime.is_some())
 }
 
 fn apply(data: &mut InodeData, changes: &SetAttr, who: &Credentials) {

@@ -159,3 +159,47 @@ fn access_times_follow_the_mount_option() {
     }
     common::fsck_clean(&device);
 }
+
+// The kernel sends a ctime SETATTR after every unlink of a file it caches with the writeback
+// cache. On an unlinked inode times change in memory only (a crash frees the inode): no
+// commit; any other change still commits, and the inode is freed cleanly after.
+#[test]
+fn times_of_an_unlinked_inode_are_not_logged() {
+    use cairn_fs::{SetAttr, TimeOrNow};
+    use std::time::{Duration, SystemTime};
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let top = fs.root();
+    let file = fs
+        .create(top, b"f", FileKind::Regular, 0o644, 0, &root())
+        .unwrap()
+        .inode;
+    let open = fs.open(file, true, false, false, &root()).unwrap();
+    fs.unlink(top, b"f", &root()).unwrap();
+    let commits = |fs: &cairn_fs::Filesystem| fs.stats().journal.commits;
+    let before = commits(&fs);
+    let when = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let times = SetAttr {
+        mtime: Some(TimeOrNow::Time(when)),
+        ctime: Some(when),
+        ..SetAttr::default()
+    };
+    let attr = fs.setattr(file, &times, &root()).unwrap();
+    assert_eq!(attr.mtime, when);
+    assert_eq!(fs.getattr(file).unwrap().mtime, when);
+    assert_eq!(
+        commits(&fs),
+        before,
+        "a time change of an unlinked inode committed"
+    );
+    let mode = SetAttr {
+        mode: Some(0o600),
+        ..SetAttr::default()
+    };
+    fs.setattr(file, &mode, &root()).unwrap();
+    assert_eq!(commits(&fs), before + 1);
+    fs.release(open).unwrap();
+    fs.forget(file, 1);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
