@@ -34,6 +34,7 @@ fn a_failed_ag_above_lets_the_search_wrap_below() {
         .free(&mut setup, &log, FsBlock(last.0 + 1025), 70, 1)
         .unwrap();
     setup.release_all();
+    cache.flush_delwri().unwrap(); // a context gives back only clean buffers
     log.durable.set(1);
 
     let mut ctx = CacheContext::new(&cache);

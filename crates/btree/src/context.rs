@@ -44,8 +44,8 @@ pub trait Buffers<'c> {
         0
     }
 
-    /// Gives back (unlocks) every buffer taken after `mark` that the context has not changed;
-    /// true when none is left held. The allocator calls it after an AG it locked could not
+    /// Gives back (unlocks) every buffer taken after `mark` that the context has not changed
+    /// (one that cannot tell its own changes may keep more); true when none is left held. The allocator calls it after an AG it locked could not
     /// serve a request, so the transaction may still lock a lower AG (AG locks ascend over
     /// what is held, and that AG is no longer held). The default keeps everything: safe, but
     /// such a failure then ends the search at the AGs above.
@@ -74,9 +74,8 @@ pub struct CacheContext<'c> {
     /// Keyed by block number; Fx rather than SipHash because a lookup per tree step is on
     /// every search's path and the keys are our own block numbers, not hostile input.
     held: FxHashMap<u64, BufGuard<'c>>,
-    /// Blocks in the order they were first handed out, with their changed ranges then (a
-    /// context never takes them, so "unchanged" means "the same as when handed out").
-    joined: Vec<(u64, Vec<std::ops::Range<usize>>)>,
+    /// Blocks in the order they were first handed out, for `release_unchanged_since`.
+    joined: Vec<u64>,
     pool: Vec<FsBlock>,
     freed: Vec<FsBlock>,
 }
@@ -175,7 +174,7 @@ impl<'c> Buffers<'c> for CacheContext<'c> {
                     self.cache.get(key, spec)
                 }
                 .map_err(buffer_error(block))?;
-                self.joined.push((block.0, guard.dirty_ranges().to_vec()));
+                self.joined.push(block.0);
                 Ok(slot.insert(guard))
             }
         }
@@ -201,21 +200,16 @@ impl<'c> Buffers<'c> for CacheContext<'c> {
         self.joined.len()
     }
 
+    /// Without a journal this context cannot tell its own changes from earlier ones, so
+    /// it gives back only clean buffers (nothing waiting to be written home).
     fn release_unchanged_since(&mut self, mark: usize) -> bool {
         let from = mark.min(self.joined.len());
         let mut kept = Vec::new();
-        for (block, ranges_then) in self.joined.drain(from..).collect::<Vec<_>>() {
-            let Some(guard) = self.held.get(&block) else {
-                continue;
-            };
-            if guard.dirty_ranges() == ranges_then.as_slice() && !guard.is_stale() {
-                if let Some(guard) = self.held.remove(&block)
-                    && guard.is_dirty()
-                {
-                    guard.queue_delwri();
-                }
-            } else {
-                kept.push((block, ranges_then));
+        for block in self.joined.drain(from..).collect::<Vec<_>>() {
+            match self.held.get(&block) {
+                Some(guard) if guard.is_dirty() || guard.is_stale() => kept.push(block),
+                Some(_) => drop(self.held.remove(&block)),
+                None => {}
             }
         }
         let all_released = kept.is_empty();
