@@ -46,10 +46,10 @@ pub trait Buffers<'c> {
 
     /// Gives back (unlocks) every buffer taken after `mark` that the context has not
     /// changed (one that cannot tell its own changes may keep more); true when none is left
-    /// held. The allocator calls it after an AG it locked could not
-    /// serve a request, so the transaction may still lock a lower AG (AG locks ascend over
-    /// what is held, and that AG is no longer held). The default keeps everything: safe, but
-    /// such a failure then ends the search at the AGs above.
+    /// held. The allocator calls it after an AG it locked could not serve a request, so the
+    /// transaction may still lock a lower AG (AG locks ascend over what is held, and that AG
+    /// is no longer held). The default keeps everything: safe, but such a failure then ends
+    /// the search at the AGs above.
     fn release_unchanged_since(&mut self, mark: usize) -> bool {
         let _ = mark;
         false
