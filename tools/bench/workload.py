@@ -365,6 +365,8 @@ FIO_PHASES = {
         ("fio rand read 4K, buffered (cold)", "fio-buffered", 0, "randread", "4k", "IOPS"),
         ("fio rand read 4K, O_DIRECT", "fio-direct", 1, "randread", "4k", "IOPS"),
         ("fio rand write 4K, buffered + end fsync", "fio-buffered", 0, "randwrite", "4k", "IOPS"),
+        ("fio rand write 4K, buffered + fsync every 32", "fio-buffered", 0, "randwrite", "4k",
+         "IOPS"),
         ("fio rand write 4K, O_DIRECT", "fio-direct", 1, "randwrite", "4k", "IOPS"),
     ],
 }
@@ -384,6 +386,8 @@ def cmd_fio(args):
             command += ["--time_based", f"--runtime={args.runtime}", "--randrepeat=0"]
         if "write" in rw:
             command += ["--end_fsync=1"]
+        if "fsync every 32" in metric:
+            command += ["--fsync=32"]
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
             reason = (done.stderr.strip().splitlines() or ["failed"])[-1]

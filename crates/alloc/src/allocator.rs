@@ -151,6 +151,18 @@ impl Allocator {
         (hint != HINT_UNKNOWN).then(|| spare.map_or(hint, |spare| hint.min(spare)))
     }
 
+    /// Free blocks of AG `ag` when last seen by this allocator, or `None` before its header
+    /// was read.
+    pub fn free_blocks_hint(&self, ag: u32) -> Option<u32> {
+        let free = self.free_hints.get(ag as usize)?.load(Ordering::Relaxed);
+        (free != HINT_UNKNOWN).then_some(free)
+    }
+
+    /// Records AG `ag`'s free blocks as read from its header by someone else.
+    pub fn note_free_blocks(&self, ag: u32, free: u32) {
+        self.store_free_hint(ag, free);
+    }
+
     pub fn geometry(&self) -> &Geometry {
         &self.geometry
     }

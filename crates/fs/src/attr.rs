@@ -66,8 +66,11 @@ impl Filesystem {
         direct: bool,
         who: &Credentials,
     ) -> Result<OpenFile, FsError> {
-        let _ = direct; // every data transfer is direct to the device already
         let handle = self.live_inode(inode)?;
+        if direct {
+            // An O_DIRECT open sees the device: cached data goes there first.
+            self.settle(&handle)?;
+        }
         {
             let data = handle.data.lock();
             let mut mask = perm::READ;
@@ -90,7 +93,7 @@ impl Filesystem {
         handle.data.lock().opens += 1;
         Ok(OpenFile {
             inode,
-            handle: self.new_handle() << 1 | u64::from(write),
+            handle: self.new_handle() << 2 | u64::from(direct) << 1 | u64::from(write),
         })
     }
 
@@ -169,6 +172,12 @@ impl Filesystem {
 /// Whether an open handle was opened for writing (its lowest bit; see `open`).
 fn handle_is_writable(handle: u64) -> bool {
     handle & 1 == 1
+}
+
+/// Whether an open handle was opened with `O_DIRECT` (its second bit; see `open`): its
+/// writes go through `Filesystem::write_direct`.
+pub fn handle_is_direct(handle: u64) -> bool {
+    handle & 2 == 2
 }
 
 /// The permission rules of a setattr, as Linux's `setattr_prepare` applies them, adjusted

@@ -48,8 +48,12 @@ impl Filesystem {
                 "fallocate range empty or too large",
             ))?;
         let handle = self.live_inode(inode)?;
-        let _io = handle.io.write();
+        let mut pages = handle.io.write();
         check_data_file(&handle.data.lock())?;
+        // Cached data goes to the device first: every mode reads or changes the mapping.
+        if !pages.is_empty() {
+            self.write_back(&handle, &mut pages)?;
+        }
         let block_size = u64::from(self.geometry.block_size);
         let keep_size = match mode {
             FallocateMode::Allocate { keep_size } => {

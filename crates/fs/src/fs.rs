@@ -113,6 +113,7 @@ pub struct Filesystem {
     pub(crate) rename_lock: cairn_lockrank::Mutex<()>,
     pub(crate) preallocs: crate::prealloc::Preallocs,
     pub(crate) data_cache: crate::extents::DataCache,
+    pub(crate) write_behind: crate::write_behind::WriteBehind,
 }
 
 /// Reads and checks the primary superblock of `device`.
@@ -177,7 +178,12 @@ impl Filesystem {
             }
             false => None,
         };
+        let write_behind = crate::write_behind::WriteBehind::new(match options.read_only {
+            true => 0,
+            false => options.data_cache,
+        });
         let fs = Self {
+            write_behind,
             device,
             geometry,
             uuid,
@@ -224,11 +230,15 @@ impl Filesystem {
 
     /// Flushes everything, writes exact superblock counters and leaves a clean log; with
     /// online discard, also discards everything freed before returning.
+    /// Cached data is written back first; if that fails, the unmount still completes and
+    /// its error is returned.
     pub fn unmount(self) -> Result<(), FsError> {
+        let written_back = self.write_back_all();
         if !self.options.read_only {
             self.write_superblock()?;
         }
-        self.finish_unmount()
+        self.finish_unmount()?;
+        written_back
     }
 
     /// `unmount` after the superblock is written: the log made clean, everything home.
@@ -256,11 +266,13 @@ impl Filesystem {
         &self.recovery
     }
 
-    /// Makes every change so far durable.
+    /// Makes every change so far durable, cached data included (a failed writeback is
+    /// returned after everything else was made durable).
     pub fn sync(&self) -> Result<(), FsError> {
+        let written_back = self.write_back_all();
         self.journal.force_all()?;
         self.device.flush()?;
-        Ok(())
+        written_back
     }
 
     /// With online discard: waits until everything freed by a durable commit has been
@@ -287,6 +299,8 @@ impl Filesystem {
         // The AGs' reserves (for inode frees, `inode_tree_reserve`) are not free for data. Taken
         // off the total, not per AG, so every block freed counts (an AG may be below its reserve).
         let reserved = u64::from(self.alloc.ag_reserve()) * u64::from(self.geometry.ag_count);
+        // Blocks promised to cached writes are not free either.
+        let reserved = reserved + self.write_behind.reserved_blocks();
         let free_blocks = free_blocks.saturating_sub(reserved);
         let (inodes, inodes_free) = self.inode_totals();
         // Free blocks can become inodes: 64 per chunk.
@@ -332,6 +346,7 @@ impl Filesystem {
             alloc: self.alloc.stats(),
             data: self.preallocs.stats(),
             extcache: self.data_cache.cache.stats(),
+            write_behind: self.write_behind.stats(),
         }
     }
 
@@ -345,7 +360,7 @@ impl Filesystem {
         )
     }
 
-    fn read_agf(&self, ag: u32) -> Result<Agf, FsError> {
+    pub(crate) fn read_agf(&self, ag: u32) -> Result<Agf, FsError> {
         let block = self.geometry.ag_start(ag) + u64::from(cairn_format::limits::AG_AGF_BLOCK);
         let spec = ReadSpec::new(&AGF_OPS, self.uuid).with_owner(u64::from(ag));
         let guard = self.cache.get(BufKey::single(block), &spec)?;

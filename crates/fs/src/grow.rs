@@ -126,8 +126,11 @@ impl Filesystem {
     }
 
     /// Grows the filesystem to `blocks` blocks (at most the device's size), then unmounts
-    /// it cleanly. Nothing else may use the filesystem meanwhile.
+    /// it cleanly. Nothing else may use the filesystem meanwhile. Cached data is written
+    /// back first; a failed writeback has already dropped its data and logged the loss, so
+    /// the grow goes on.
     pub fn grow(self, blocks: u64) -> Result<GrowReport, FsError> {
+        let _ = self.write_back_all();
         let report = self.plan_grow(blocks)?;
         let old = self.geometry;
         let new = grown_geometry(&old, report.new_blocks)?;

@@ -37,6 +37,9 @@ pub(crate) struct InodeData {
     pub opens: u64,
     /// The POSIX ACLs as last read from the attributes; emptied by every attribute change.
     pub acls: OnceCell<Acls>,
+    /// Blocks cached writes will allocate (`write_behind`), counted in `st_blocks` as XFS
+    /// counts its delayed allocations.
+    pub delayed_blocks: u64,
 }
 
 /// An inode's POSIX ACLs (`system.posix_acl_access`, and for directories
@@ -99,7 +102,7 @@ impl InodeData {
             gid: self.core.gid,
             rdev: self.core.rdev,
             size: self.core.size,
-            blocks_512: self.core.block_count * u64::from(block_size / 512),
+            blocks_512: (self.core.block_count + self.delayed_blocks) * u64::from(block_size / 512),
             atime: system_time(self.core.atime),
             mtime: system_time(self.core.mtime),
             ctime: system_time(self.core.ctime),
@@ -114,7 +117,8 @@ impl InodeData {
 pub(crate) struct Inode {
     pub number: u64,
     /// The I/O lock: shared for reads, exclusive for writes that change the mapping or size.
-    pub io: RwLock<()>,
+    /// It holds the inode's cached dirty pages (`write_behind`).
+    pub io: RwLock<crate::write_behind::PageSet>,
     /// The metadata lock and the state it guards.
     pub data: Mutex<InodeData>,
 }
@@ -123,7 +127,7 @@ impl Inode {
     pub(crate) fn new(number: u64, data: InodeData) -> Self {
         Self {
             number,
-            io: RwLock::keyed(Rank::InodeIo, number, ()),
+            io: RwLock::keyed(Rank::InodeIo, number, Default::default()),
             data: Mutex::keyed(Rank::Inode, number, data),
         }
     }
@@ -419,6 +423,7 @@ pub(crate) fn read_inode(
             lookups: 0,
             opens: 0,
             acls: OnceCell::new(),
+            delayed_blocks: 0,
         },
     ))
 }

@@ -48,10 +48,12 @@ mod symlink;
 mod test_device;
 mod types;
 mod unlinked;
+mod write_behind;
 mod xattr;
 mod xattr_index;
 mod xattr_store;
 
+pub use attr::handle_is_direct;
 pub use discard::TrimReport;
 pub use error::FsError;
 pub use fs::Filesystem;
@@ -63,3 +65,4 @@ pub use types::{
     AtimeMode, Attr, Credentials, DataStats, DirEntry, FallocateMode, FileKind, FsOpStats, FsStats,
     LogMode, MountOptions, OpenFile, RenameMode, SeekKind, SetAttr, StatFs, TimeOrNow, XattrFlags,
 };
+pub use write_behind::{WriteBehindStats, WritebackSignal};

@@ -467,6 +467,7 @@ impl Filesystem {
                 lookups: 0,
                 opens: 0,
                 acls: Default::default(),
+                delayed_blocks: 0,
             },
         );
         Ok(self.inodes.insert(inode))

@@ -15,6 +15,8 @@ impl Filesystem {
     /// file, or when no data follows it.
     pub fn seek(&self, inode: u64, offset: u64, kind: SeekKind) -> Result<u64, FsError> {
         let handle = self.live_inode(inode)?;
+        // The mapping answers, so cached data must have its blocks first.
+        self.settle(&handle)?;
         let _io = handle.io.read();
         let (size, map) = {
             let data = handle.data.lock();
@@ -55,6 +57,8 @@ impl Filesystem {
     /// The file's mapped ranges in order (FIEMAP), including those past end of file.
     pub fn file_extents(&self, inode: u64) -> Result<Vec<FileExtent>, FsError> {
         let handle = self.live_inode(inode)?;
+        // The mapping answers, so cached data must have its blocks first.
+        self.settle(&handle)?;
         let _io = handle.io.read();
         let data = handle.data.lock();
         check_data_file(&data)?;

@@ -33,6 +33,9 @@ pub struct MountOptions {
     pub buffered: bool,
     /// Online discard: give freed extents back to the device once their free is durable.
     pub discard: bool,
+    /// Write-behind: bytes of written data held in memory before writeback (delayed
+    /// allocation, see `write_behind`); 0 writes every write through to the device.
+    pub data_cache: u64,
 }
 
 impl Default for MountOptions {
@@ -46,6 +49,7 @@ impl Default for MountOptions {
             recover_read_only: false,
             buffered: false,
             discard: false,
+            data_cache: 0,
         }
     }
 }
@@ -234,4 +238,5 @@ pub struct FsStats {
     pub alloc: cairn_alloc::AllocStats,
     pub data: DataStats,
     pub extcache: cairn_extcache::StatsSnapshot,
+    pub write_behind: crate::write_behind::WriteBehindStats,
 }

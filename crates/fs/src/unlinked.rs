@@ -136,11 +136,12 @@ fn is_orphan(data: &InodeData) -> bool {
 
 /// Frees an unlinked inode nobody holds: what it maps in steps, then the inode.
 pub(crate) fn free_orphan(fs: &Filesystem, inode: &Arc<Inode>) -> Result<(), FsError> {
-    let _io = inode.io.write();
+    let mut pages = inode.io.write();
     let mut data = inode.data.lock();
     if !is_orphan(&data) {
         return Ok(());
     }
+    fs.truncate_pages(inode.number, (&mut pages, &mut data), 0);
     free_contents(fs, inode.number, &mut data)?;
     free_unlisted(fs, inode.number, &mut data)
 }

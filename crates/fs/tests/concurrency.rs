@@ -16,8 +16,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use cairn_fs::{Credentials, FileKind, Filesystem, FsError, RenameMode, SetAttr, XattrFlags};
-use common::{fsck_clean, make_device, mount, root};
+use cairn_fs::{
+    Credentials, FileKind, Filesystem, FsError, MountOptions, RenameMode, SetAttr, XattrFlags,
+};
+use common::{fsck_clean, make_device, mount, mount_with, root, write_behind};
 
 /// No operation finishing for this long is a hang.
 const HANG_LIMIT: Duration = Duration::from_secs(30);
@@ -342,11 +344,13 @@ impl Worker {
     }
 }
 
-/// Runs `threads` workers for `secs` seconds over a fresh filesystem; fsck after.
-fn stress(threads: u64, secs: u64, seed: u64) {
+/// Runs `threads` workers for `secs` seconds over a fresh filesystem mounted with
+/// `options`; fsck after. With write-behind on, a further thread runs the background
+/// writeback passes the daemon's thread would.
+fn stress(threads: u64, secs: u64, seed: u64, options: MountOptions) {
     eprintln!("stress: {threads} threads, {secs} s, CAIRN_STRESS_SEED={seed}");
     let device = make_device(512 << 20);
-    let fs = Arc::new(mount(&device));
+    let fs = Arc::new(mount_with(&device, options));
     let shared: Vec<u64> = (0..SHARED_DIRS)
         .map(|i| {
             let name = format!("s{i}");
@@ -358,6 +362,15 @@ fn stress(threads: u64, secs: u64, seed: u64) {
     let progress = Arc::new(AtomicU64::new(0));
     let watchdog = Watchdog::start(Arc::clone(&progress));
     let deadline = Instant::now() + Duration::from_secs(secs);
+    let writeback = fs.writeback_signal().map(|signal| {
+        let fs = Arc::clone(&fs);
+        std::thread::spawn(move || {
+            while Instant::now() < deadline {
+                signal.wait(Duration::from_millis(20));
+                fs.write_back_background();
+            }
+        })
+    });
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let fs = Arc::clone(&fs);
@@ -392,7 +405,7 @@ fn stress(threads: u64, secs: u64, seed: u64) {
             })
         })
         .collect();
-    for handle in handles {
+    for handle in handles.into_iter().chain(writeback) {
         handle.join().expect("a worker panicked");
     }
     let counts: Vec<String> = KINDS
@@ -433,6 +446,23 @@ fn many_threads_mixing_every_operation_never_hang() {
         env_or("CAIRN_STRESS_THREADS", 8),
         env_or("CAIRN_STRESS_SECS", 4),
         seed,
+        MountOptions::default(),
+    );
+}
+
+/// The same mix with write-behind on and a small cap (1 MiB), so writers, fsync, the
+/// background pass and every operation that writes an inode's pages back meet.
+#[test]
+fn many_threads_with_write_behind_never_hang() {
+    let seed = env_or(
+        "CAIRN_STRESS_SEED",
+        0x5eed_0000_0000_0000 ^ std::process::id() as u64,
+    );
+    stress(
+        env_or("CAIRN_STRESS_THREADS", 8),
+        env_or("CAIRN_STRESS_SECS", 4),
+        seed,
+        write_behind(1 << 20),
     );
 }
 

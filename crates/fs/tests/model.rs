@@ -10,9 +10,11 @@ mod common;
 use std::sync::Arc;
 
 use cairn_blockdev::MemDevice;
-use cairn_fs::{FallocateMode, FileKind, Filesystem, RenameMode, SetAttr, XattrFlags};
+use cairn_fs::{
+    FallocateMode, FileKind, Filesystem, MountOptions, RenameMode, SetAttr, XattrFlags,
+};
 use common::model::{Model, Node, Outcome};
-use common::{fsck_clean, make_device, mount, root};
+use common::{fsck_clean, make_device, mount, mount_with, root, write_behind};
 use proptest::prelude::*;
 
 const XATTR_NAMES: [&[u8]; 4] = [
@@ -351,7 +353,12 @@ fn compare(fs: &Filesystem, model: &Model, dir: u64) {
 }
 
 fn run(ops: &[Op]) {
+    run_with(ops, MountOptions::default());
+}
+
+fn run_with(ops: &[Op], options: MountOptions) {
     let device: Arc<MemDevice> = make_device(64 << 20);
+    let mount = |device: &Arc<MemDevice>| mount_with(device, options.clone());
     let mut fs = mount(&device);
     let mut model = Model::new(fs.root());
     for op in ops {
@@ -376,6 +383,14 @@ proptest! {
     #[test]
     fn namespace_and_data_match_the_model(ops in proptest::collection::vec(op(), 1..60)) {
         run(&ops);
+    }
+
+    // The same with write-behind on, its cap small (32 KiB) so writers also write back.
+    #[test]
+    fn namespace_and_data_match_the_model_with_write_behind(
+        ops in proptest::collection::vec(op(), 1..60)
+    ) {
+        run_with(&ops, write_behind(32 << 10));
     }
 }
 

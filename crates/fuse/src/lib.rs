@@ -31,6 +31,7 @@ pub mod readahead;
 pub mod stats;
 pub mod uring;
 pub mod watchdog;
+pub mod writeback;
 
 pub use adapter::CairnFs;
 pub use errno::ToErrno;

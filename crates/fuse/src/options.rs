@@ -24,6 +24,8 @@ pub const READAHEAD_MAX_BYTES: u64 = 256 << 20;
 /// Default attribute and entry timeout. The daemon is the only writer of the device, and
 /// the kernel invalidates what its own requests change, so a long timeout is safe.
 pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// Default write-behind cache (`data_cache=`): 256 MiB, at most an eighth of the memory.
+pub const DATA_CACHE_DEFAULT_BYTES: u64 = 256 << 20;
 
 /// A `-o` option that cannot be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -123,7 +125,10 @@ impl Default for MountConfig {
     fn default() -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self {
-            fs: MountOptions::default(),
+            fs: MountOptions {
+                data_cache: data_cache_default(),
+                ..MountOptions::default()
+            },
             fuse: FuseSettings {
                 blkdev: BlkdevMode::Auto,
                 allow_other: false,
@@ -165,9 +170,10 @@ const IGNORED: [&str; 14] = [
 ];
 
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 13] = [
+const VALUE_OPTIONS: [&str; 14] = [
     "logmode",
     "cache_size",
+    "data_cache",
     "allocsize",
     "threads",
     "max_write",
@@ -258,6 +264,7 @@ impl MountConfig {
         match name {
             "logmode" => self.fs.log_mode = parse_log_mode(value).map_err(bad)?,
             "cache_size" => self.fs.cache_bytes = Some(parse_size(value).map_err(bad)?),
+            "data_cache" => self.fs.data_cache = parse_size(value).map_err(bad)?,
             "allocsize" => self.fs.alloc_size = Some(parse_alloc_size(value).map_err(bad)?),
             "threads" => self.fuse.worker_threads = parse_threads(value).map_err(bad)?,
             "max_write" => self.fuse.max_write_bytes = parse_max_write(value).map_err(bad)?,
@@ -357,6 +364,24 @@ fn parse_seconds(value: &str) -> Result<Duration, String> {
     }
 }
 
+/// `DATA_CACHE_DEFAULT_BYTES`, or an eighth of the memory if that is less.
+fn data_cache_default() -> u64 {
+    // SAFETY: sysconf reads a system value; it has no preconditions.
+    let (pages, page_size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let memory = u64::try_from(pages)
+        .unwrap_or(0)
+        .saturating_mul(u64::try_from(page_size).unwrap_or(0));
+    match memory {
+        0 => DATA_CACHE_DEFAULT_BYTES,
+        memory => DATA_CACHE_DEFAULT_BYTES.min(memory / 8),
+    }
+}
+
 /// Every `-o` option with its meaning, for `--help` and the man page.
 pub const OPTION_HELP: &[(&str, &str)] = &[
     ("ro / rw", "mount read-only / read-write (default rw)"),
@@ -367,6 +392,10 @@ pub const OPTION_HELP: &[(&str, &str)] = &[
     (
         "cache_size=SIZE",
         "memory limit of the metadata buffer cache",
+    ),
+    (
+        "data_cache=SIZE",
+        "write-behind cache for file data, 0 writes through (default 256M)",
     ),
     (
         "allocsize=SIZE",
@@ -461,7 +490,7 @@ mod tests {
     #[test]
     fn options_parse_into_their_fields() {
         let config = MountConfig::parse([
-            "ro,logmode=sync,cache_size=64M,allocsize=1M,noatime",
+            "ro,logmode=sync,cache_size=64M,allocsize=1M,noatime,data_cache=0",
             "allow_other,threads=2,max_write=512K,attr_timeout=0.5,nodev,defaults,x-systemd.foo",
             "readahead=8M",
         ])
@@ -470,6 +499,7 @@ mod tests {
         assert_eq!(config.fs.log_mode, LogMode::Sync);
         assert_eq!(config.fs.cache_bytes, Some(64 << 20));
         assert_eq!(config.fs.alloc_size, Some(1 << 20));
+        assert_eq!(config.fs.data_cache, 0);
         assert_eq!(config.fs.atime, AtimeMode::Noatime);
         assert!(config.fuse.allow_other);
         assert_eq!(config.fuse.worker_threads, 2);
@@ -570,6 +600,7 @@ mod tests {
         assert!(!config.fs.read_only);
         assert_eq!(config.fs.log_mode, LogMode::Delayed);
         assert!(config.fuse.writeback_cache);
+        assert!(config.fs.data_cache > 0 && config.fs.data_cache <= DATA_CACHE_DEFAULT_BYTES);
         assert!(config.fuse.clone_fd);
         assert_eq!(config.fuse.max_write_bytes, MAX_WRITE_DEFAULT_BYTES);
         assert_eq!(config.fuse.readahead_bytes, READAHEAD_DEFAULT_BYTES);

@@ -317,6 +317,7 @@ pub fn render(fs: &FsStats, requests: &RequestStats) -> String {
     section(&mut out, "alloc", &format!("{:#?}", fs.alloc));
     section(&mut out, "data", &format!("{:#?}", fs.data));
     section(&mut out, "extcache", &format!("{:#?}", fs.extcache));
+    section(&mut out, "write_behind", &format!("{:#?}", fs.write_behind));
     if let Some(transport) = requests.transport.get() {
         let _ = writeln!(out, "[fuse transport]");
         for line in transport.lines() {
@@ -408,9 +409,19 @@ mod tests {
             alloc: Default::default(),
             data: Default::default(),
             extcache: Default::default(),
+            write_behind: Default::default(),
         };
         let text = render(&fs, &RequestStats::default());
-        for name in ["fs", "bufcache", "journal", "alloc", "data", "extcache"] {
+        let sections = [
+            "fs",
+            "bufcache",
+            "journal",
+            "alloc",
+            "data",
+            "extcache",
+            "write_behind",
+        ];
+        for name in sections {
             assert!(
                 text.contains(&format!("[{name}]\n")),
                 "no [{name}] in {text}"

@@ -45,8 +45,21 @@ fn format_device(fs_bytes: u64, sector: u32, request: &Request) -> Arc<MemDevice
 
 /// Mounts `device` with default options.
 pub fn mount(device: &Arc<MemDevice>) -> Filesystem {
+    mount_with(device, MountOptions::default())
+}
+
+/// Mounts `device` with `options`.
+pub fn mount_with(device: &Arc<MemDevice>, options: MountOptions) -> Filesystem {
     let dyn_device: Arc<dyn BlockDevice> = device.clone();
-    Filesystem::mount(dyn_device, MountOptions::default()).unwrap()
+    Filesystem::mount(dyn_device, options).unwrap()
+}
+
+/// Mount options with write-behind on, its cap `cap_bytes`.
+pub fn write_behind(cap_bytes: u64) -> MountOptions {
+    MountOptions {
+        data_cache: cap_bytes,
+        ..MountOptions::default()
+    }
 }
 
 /// Runs fsck on `device` and fails the test on any problem.

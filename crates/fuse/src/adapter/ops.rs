@@ -5,7 +5,7 @@ use std::io;
 use std::path::Path;
 use std::time::SystemTime;
 
-use cairn_fs::{Credentials, FileKind, FsError, OpenFile};
+use cairn_fs::{Credentials, FileKind, FsError, OpenFile, handle_is_direct};
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, FopenFlags, INodeNo, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -279,7 +279,7 @@ impl fuser::Filesystem for CairnFs {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
@@ -292,10 +292,14 @@ impl fuser::Filesystem for CairnFs {
         // CAP_FSETID, and leaves clearing the set-ID bits to us.
         let inode = self.inode(ino);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        let written = self.fs().and_then(|fs| match kill {
-            true => fs.write_clearing_set_id(inode, offset, data, &credentials(req)),
-            false => fs.write(inode, offset, data),
-        });
+        let writer = kill.then(|| credentials(req));
+        let written = self
+            .fs()
+            .and_then(|fs| match (handle_is_direct(fh.0), &writer) {
+                (true, writer) => fs.write_direct(inode, offset, data, writer.as_ref()),
+                (false, Some(writer)) => fs.write_clearing_set_id(inode, offset, data, writer),
+                (false, None) => fs.write(inode, offset, data),
+            });
         match written {
             Ok(written) => reply.written(written),
             Err(error) => reply.error(self.fail(Op::Write, &error)),

@@ -1,0 +1,799 @@
+//! Write-behind with delayed allocation (`MountOptions::data_cache`): a write copies its
+//! bytes into the inode's dirty pages and reserves space for the blocks it will need, and
+//! returns; the blocks are allocated and written when the pages are written back (by
+//! `fsync`, `sync`, unmount, a writer over the cap, an operation that needs the data on the
+//! device, or the daemon's writeback thread). A file written whole before its writeback gets
+//! one extent of its size.
+//!
+//! Owns: each inode's dirty pages (`PageSet`, kept inside the inode's I/O lock, so readers
+//! see them under the shared lock and every mapping change holds them exclusively), the
+//! counts of dirty bytes and reserved blocks, and the list of inodes with dirty pages.
+//! Invariants:
+//! - a page holds its whole block as the file should read; a page over a hole holds a
+//!   reservation of one block, and an inode with any such page `META_BLOCKS` more, so the
+//!   writer learns of a full filesystem, not its writeback;
+//! - writeback takes the direct path's steps (allocate unwritten, write the data, mark it
+//!   written in a later transaction), so a crash shows each block's old, new or zero bytes,
+//!   never stale ones; the size may be logged before the data, which then reads as zeros;
+//! - an inode with pages is on the dirty list, which holds a reference: it is never
+//!   reclaimed with data in memory;
+//! - a writer over the cap writes pages back before its own are accepted, so dirty bytes
+//!   exceed the cap by at most one write per writer.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use cairn_lockrank::{Mutex, Rank};
+use parking_lot::Condvar;
+
+use crate::bmap::{FileMap, Mapping};
+use crate::data::check_data_file;
+use crate::fs::Filesystem;
+use crate::inode::{Inode, InodeData, now};
+use crate::types::Credentials;
+use crate::{FsError, iobuf, perm};
+
+/// Blocks reserved beyond its data for each inode with pages over holes: what its extent
+/// map may grow by in a writeback (a split at every level of a deep map).
+const META_BLOCKS: u64 = 8;
+/// Free blocks never promised to cached writes: room for metadata (directories, inode
+/// chunks) that other operations allocate without a reservation.
+const SLACK_BLOCKS: u64 = 64;
+/// Pages dirty this long are written back by the background pass.
+const EXPIRE: Duration = Duration::from_secs(5);
+/// A background pass stops after this long, so the daemon can take the core out.
+const PASS_BUDGET: Duration = Duration::from_millis(200);
+/// The most runs and blocks written back in one batch (its device writes in flight together,
+/// then its transactions).
+const BATCH_RUNS_MAX: usize = 64;
+const BATCH_BLOCKS_MAX: u64 = 4096;
+/// Device writes of a batch in flight at once.
+const WRITES_IN_FLIGHT: usize = 4;
+
+/// One inode's dirty pages, by file block.
+#[derive(Debug, Default)]
+pub(crate) struct PageSet {
+    pages: BTreeMap<u64, Page>,
+    /// Pages over holes: the blocks writeback will allocate (`InodeData::delayed_blocks`).
+    over_holes: u64,
+    /// Blocks this inode holds reserved: one per page over a hole, plus `META_BLOCKS`.
+    reserved: u64,
+    /// Why data written back since the last `fsync` was lost, which that `fsync` reports.
+    lost: Option<LostWrite>,
+}
+
+/// A cached block. Plain heap memory, not an `AlignedBuf`: writeback copies pages into an
+/// aligned buffer anyway, and a 4 KiB-aligned allocation can cost the allocator twice its
+/// size, which the cap would not see.
+#[derive(Debug)]
+struct Page {
+    bytes: Box<[u8]>,
+    over_hole: bool,
+}
+
+/// What a failed writeback did to cached data (reported once, by the next `fsync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LostWrite {
+    NoSpace,
+    Io,
+}
+
+impl PageSet {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pages.is_empty()
+    }
+
+    /// No pages and no lost writeback to report: nothing for `fsync` to do here.
+    pub(crate) fn is_clean(&self) -> bool {
+        self.pages.is_empty() && self.lost.is_none()
+    }
+
+    /// Copies the pages among blocks `first..` over `buf` (whole blocks from `first` on).
+    pub(crate) fn overlay(&self, first: u64, buf: &mut [u8], block_size: usize) {
+        let last = first + (buf.len() / block_size) as u64;
+        for (&block, page) in self.pages.range(first..last) {
+            let at = (block - first) as usize * block_size;
+            buf[at..at + block_size].copy_from_slice(&page.bytes);
+        }
+    }
+
+    /// Zeroes the cached bytes from byte `from` to the end of its block: what a size
+    /// change leaves past the old end must read as zeros once the size grows again.
+    pub(crate) fn zero_from(&mut self, from: u64, block_size: u64) {
+        if let Some(page) = self.pages.get_mut(&(from / block_size)) {
+            page.bytes[(from % block_size) as usize..].fill(0);
+        }
+    }
+
+    /// The next runs of consecutive pages to write back together, in file order: at most
+    /// `BATCH_RUNS_MAX` runs and `BATCH_BLOCKS_MAX` blocks (a run longer than that alone).
+    fn next_batch(&self) -> Vec<(u64, u64)> {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for (blocks, &block) in (0u64..).zip(self.pages.keys()) {
+            let full = runs.len() == BATCH_RUNS_MAX || blocks >= BATCH_BLOCKS_MAX;
+            match runs.last_mut() {
+                Some((_, last)) if *last == block && blocks < BATCH_BLOCKS_MAX => *last += 1,
+                _ if full => break,
+                _ => runs.push((block, block + 1)),
+            }
+        }
+        runs
+    }
+}
+
+/// The list of inodes with dirty pages, oldest first.
+#[derive(Debug, Default)]
+struct DirtyList {
+    by_age: BTreeMap<u64, (Instant, Arc<Inode>)>,
+    age_of: HashMap<u64, u64>,
+    next: u64,
+}
+
+impl DirtyList {
+    fn add(&mut self, inode: &Arc<Inode>) {
+        if self.age_of.contains_key(&inode.number) {
+            return;
+        }
+        self.next += 1;
+        self.age_of.insert(inode.number, self.next);
+        self.by_age
+            .insert(self.next, (Instant::now(), Arc::clone(inode)));
+    }
+
+    fn remove(&mut self, number: u64) {
+        if let Some(age) = self.age_of.remove(&number) {
+            self.by_age.remove(&age);
+        }
+    }
+
+    fn oldest(&self) -> Option<(Instant, Arc<Inode>)> {
+        let (_, (since, inode)) = self.by_age.first_key_value()?;
+        Some((*since, Arc::clone(inode)))
+    }
+}
+
+/// The filesystem-wide state of write-behind.
+#[derive(Debug)]
+pub(crate) struct WriteBehind {
+    /// Dirty bytes allowed; 0 turns write-behind off.
+    cap: u64,
+    dirty_bytes: AtomicU64,
+    reserved_blocks: AtomicU64,
+    list: Mutex<DirtyList>,
+    /// Wakes the background pass when dirty bytes pass a quarter of the cap.
+    wake: Arc<WritebackSignal>,
+    written_back_bytes: AtomicU64,
+    throttled: AtomicU64,
+    lost_writes: AtomicU64,
+}
+
+/// What the daemon's writeback thread waits on between passes.
+#[derive(Debug)]
+pub struct WritebackSignal {
+    pending: Mutex<bool>,
+    cond: Condvar,
+}
+
+impl WritebackSignal {
+    /// Waits until a pass is wanted early or `timeout` passes.
+    pub fn wait(&self, timeout: Duration) {
+        let mut pending = self.pending.lock();
+        if !*pending {
+            pending.wait_for(&self.cond, timeout);
+        }
+        *pending = false;
+    }
+
+    /// Ends the current wait at once (a pass is wanted, or the waiter should stop).
+    pub fn wake(&self) {
+        *self.pending.lock() = true;
+        self.cond.notify_one();
+    }
+}
+
+/// Write-behind's counters, for `cairn stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteBehindStats {
+    /// The cap on dirty bytes (0: write-behind is off).
+    pub cap_bytes: u64,
+    pub dirty_bytes: u64,
+    pub reserved_blocks: u64,
+    pub written_back_bytes: u64,
+    /// Writes that found the cache full and wrote pages back first.
+    pub throttled_writes: u64,
+    /// Writebacks that failed, losing cached data (reported by the file's next `fsync`).
+    pub lost_writebacks: u64,
+}
+
+impl WriteBehind {
+    pub(crate) fn new(cap: u64) -> Self {
+        Self {
+            cap,
+            dirty_bytes: AtomicU64::new(0),
+            reserved_blocks: AtomicU64::new(0),
+            list: Mutex::new(Rank::Leaf, DirtyList::default()),
+            wake: Arc::new(WritebackSignal {
+                pending: Mutex::new(Rank::Leaf, false),
+                cond: Condvar::new(),
+            }),
+            written_back_bytes: AtomicU64::new(0),
+            throttled: AtomicU64::new(0),
+            lost_writes: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn is_on(&self) -> bool {
+        self.cap > 0
+    }
+
+    pub(crate) fn reserved_blocks(&self) -> u64 {
+        self.reserved_blocks.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn stats(&self) -> WriteBehindStats {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        WriteBehindStats {
+            cap_bytes: self.cap,
+            dirty_bytes: load(&self.dirty_bytes),
+            reserved_blocks: load(&self.reserved_blocks),
+            written_back_bytes: load(&self.written_back_bytes),
+            throttled_writes: load(&self.throttled),
+            lost_writebacks: load(&self.lost_writes),
+        }
+    }
+
+    fn over_cap(&self) -> bool {
+        self.dirty_bytes.load(Ordering::Relaxed) >= self.cap
+    }
+
+    fn over_background(&self) -> bool {
+        self.dirty_bytes.load(Ordering::Relaxed) > self.cap / 4
+    }
+
+    /// Gives back `blocks` of `pages`' reservation.
+    fn unreserve(&self, pages: &mut PageSet, blocks: u64) {
+        let blocks = blocks.min(pages.reserved);
+        pages.reserved -= blocks;
+        self.reserved_blocks.fetch_sub(blocks, Ordering::Relaxed);
+    }
+
+    /// Drops pages `first..last` (all of them written back or lost), with their
+    /// reservations; the inode leaves the list once it has no pages.
+    fn remove_pages(&self, number: u64, pages: &mut PageSet, first: u64, last: u64) {
+        let keys: Vec<u64> = pages.pages.range(first..last).map(|(&b, _)| b).collect();
+        let mut holes = 0;
+        for block in &keys {
+            if let Some(page) = pages.pages.remove(block) {
+                holes += u64::from(page.over_hole);
+                self.dirty_bytes
+                    .fetch_sub(page.bytes.len() as u64, Ordering::Relaxed);
+            }
+        }
+        self.unreserve(pages, holes);
+        pages.over_holes -= holes;
+        if pages.pages.is_empty() {
+            let rest = pages.reserved;
+            self.unreserve(pages, rest);
+            self.list.lock().remove(number);
+        }
+    }
+}
+
+/// A batch's device writes, and its runs that land in unwritten extents.
+struct BatchWrites {
+    writes: Vec<DeviceWrite>,
+    converts: Vec<(u64, u64)>,
+}
+
+/// One device write of a batch: bytes `range` of the batch's buffer at device byte `offset`.
+struct DeviceWrite {
+    offset: u64,
+    range: std::ops::Range<usize>,
+}
+
+/// How a block a write lands in is backed before the write.
+#[derive(Clone, Copy)]
+enum Backing {
+    Hole,
+    Unwritten,
+    Written(u64),
+}
+
+impl Filesystem {
+    /// Accepts a write into the inode's pages (see the module comment); a full filesystem
+    /// is found here, after writing everything back once to turn reservations into exact
+    /// allocations.
+    pub(crate) fn write_cached(
+        &self,
+        inode: u64,
+        offset: u64,
+        data: &[u8],
+        clear_set_id_for: Option<&Credentials>,
+    ) -> Result<u32, FsError> {
+        self.throttle_writer();
+        let handle = self.live_inode(inode)?;
+        match self.accept_write(&handle, offset, data, clear_set_id_for) {
+            Err(FsError::NoSpace) => {
+                self.write_back_all()?;
+                self.reclaim_speculative(inode)?;
+                self.accept_write(&handle, offset, data, clear_set_id_for)
+            }
+            other => other,
+        }
+    }
+
+    fn accept_write(
+        &self,
+        handle: &Arc<Inode>,
+        offset: u64,
+        data: &[u8],
+        clear_set_id_for: Option<&Credentials>,
+    ) -> Result<u32, FsError> {
+        let mut pages = handle.io.write();
+        let old_size = {
+            let mut meta = handle.data.lock();
+            check_data_file(&meta)?;
+            let old_size = meta.core.size;
+            if offset > old_size {
+                self.clear_past_eof(handle.number, &mut meta, old_size, offset)?;
+            }
+            old_size
+        };
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let block_size = u64::from(self.geometry.block_size);
+        if offset > old_size {
+            pages.zero_from(old_size, block_size);
+        }
+        let end = offset + data.len() as u64;
+        let new_blocks = self.backing_of_new_pages(handle, &pages, offset, end)?;
+        let holes = new_blocks
+            .iter()
+            .filter(|(_, b)| matches!(b, Backing::Hole))
+            .count() as u64;
+        self.reserve(&mut pages, holes)?;
+        let filled = self.fill_pages(&mut pages, &new_blocks, offset, data);
+        if pages.is_empty() {
+            self.write_behind
+                .remove_pages(handle.number, &mut pages, 0, 0);
+        } else {
+            self.write_behind.list.lock().add(handle);
+        }
+        filled?;
+        let mut meta = handle.data.lock();
+        meta.delayed_blocks = pages.over_holes;
+        let now = now();
+        meta.core.size = meta.core.size.max(end);
+        meta.core.mtime = now;
+        meta.core.ctime = now;
+        let cleared = clear_set_id_for.is_some_and(|writer| perm::clear_set_id(&mut meta, writer));
+        if cleared {
+            let mut tx = self.begin(self.write_reservation())?;
+            Self::log_inode(&mut tx, handle.number, &mut meta);
+            self.commit(tx, &mut [&mut meta])?;
+        }
+        drop(meta);
+        Self::count(&self.counters.writes, 1);
+        Self::count(&self.counters.write_bytes, data.len() as u64);
+        if self.write_behind.over_background() {
+            self.write_behind.wake.wake();
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// The blocks of `offset..end` without a page yet, each with what backs it now.
+    fn backing_of_new_pages(
+        &self,
+        handle: &Inode,
+        pages: &PageSet,
+        offset: u64,
+        end: u64,
+    ) -> Result<Vec<(u64, Backing)>, FsError> {
+        let block_size = u64::from(self.geometry.block_size);
+        let (first, last) = (offset / block_size, end.div_ceil(block_size));
+        let generation = handle.data.lock().core.generation;
+        let extents = self.data_cache.inode(handle.number, generation);
+        let mut found = Vec::new();
+        let mut block = first;
+        while block < last {
+            let (run_end, backing) = match self.map_block(handle, &extents, block)? {
+                Mapping::Hole { length } => (block.saturating_add(length), Backing::Hole),
+                Mapping::Mapped(run) if run.unwritten => (run.file_end(), Backing::Unwritten),
+                Mapping::Mapped(run) => (run.file_end(), Backing::Written(run.fs_block.0)),
+            };
+            let run_end = run_end.min(last);
+            for at in block..run_end {
+                if pages.pages.contains_key(&at) {
+                    continue;
+                }
+                let backing = match backing {
+                    Backing::Written(start) => Backing::Written(start + (at - block)),
+                    other => other,
+                };
+                found.push((at, backing));
+            }
+            block = run_end;
+        }
+        Ok(found)
+    }
+
+    /// Reserves `holes` blocks (and the inode's metadata share, if it has none yet) out of
+    /// the free space not already promised; `NoSpace` if they do not fit.
+    fn reserve(&self, pages: &mut PageSet, holes: u64) -> Result<(), FsError> {
+        if holes == 0 {
+            return Ok(());
+        }
+        let wanted = holes + if pages.reserved == 0 { META_BLOCKS } else { 0 };
+        let promised = self.write_behind.reserved_blocks();
+        if self.free_blocks_estimate()? < promised + wanted + SLACK_BLOCKS {
+            return Err(FsError::NoSpace);
+        }
+        pages.reserved += wanted;
+        self.write_behind
+            .reserved_blocks
+            .fetch_add(wanted, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Free blocks beyond the AGs' reserves, from the allocator's per-AG counts (an AG not
+    /// seen yet is read once).
+    fn free_blocks_estimate(&self) -> Result<u64, FsError> {
+        let mut free = 0u64;
+        for ag in 0..self.geometry.ag_count {
+            let count = match self.alloc.free_blocks_hint(ag) {
+                Some(count) => count,
+                None => {
+                    let count = self.read_agf(ag)?.free_blocks;
+                    self.alloc.note_free_blocks(ag, count);
+                    count
+                }
+            };
+            free += u64::from(count);
+        }
+        let reserve = u64::from(self.alloc.ag_reserve()) * u64::from(self.geometry.ag_count);
+        Ok(free.saturating_sub(reserve))
+    }
+
+    /// Copies `data` (at byte `offset`) into the pages, creating those `new_blocks` names:
+    /// a block the write covers only partly starts from its bytes on the device (written)
+    /// or zeros.
+    fn fill_pages(
+        &self,
+        pages: &mut PageSet,
+        new_blocks: &[(u64, Backing)],
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), FsError> {
+        let block_size = u64::from(self.geometry.block_size);
+        let end = offset + data.len() as u64;
+        for &(block, backing) in new_blocks {
+            let start = block * block_size;
+            let covered = offset <= start && end >= start + block_size;
+            let mut bytes = vec![0u8; block_size as usize].into_boxed_slice();
+            if let (false, Backing::Written(physical)) = (covered, backing) {
+                self.device.read_into(physical * block_size, &mut bytes)?;
+            }
+            let over_hole = matches!(backing, Backing::Hole);
+            pages.over_holes += u64::from(over_hole);
+            pages.pages.insert(block, Page { bytes, over_hole });
+            self.write_behind
+                .dirty_bytes
+                .fetch_add(block_size, Ordering::Relaxed);
+        }
+        // Every block of the write has a page now.
+        let blocks = offset / block_size..end.div_ceil(block_size);
+        for (&block, page) in pages.pages.range_mut(blocks) {
+            let start = block * block_size;
+            let (from, to) = (start.max(offset), (start + block_size).min(end));
+            page.bytes[(from - start) as usize..(to - start) as usize]
+                .copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
+        }
+        Ok(())
+    }
+
+    /// While the cache is over its cap, writes back the oldest inode (outside every lock of
+    /// the writer's). Its failures are the oldest inode's, reported by its `fsync`.
+    fn throttle_writer(&self) {
+        let behind = &self.write_behind;
+        if behind.over_cap() {
+            behind.throttled.fetch_add(1, Ordering::Relaxed);
+        }
+        while behind.over_cap() {
+            let Some((_, inode)) = behind.list.lock().oldest() else {
+                return;
+            };
+            if self.settle(&inode).is_err() && self.check_writable().is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Writes the inode's pages back if it has any (taking its I/O lock): what an operation
+    /// that reads the mapping itself does first.
+    pub(crate) fn settle(&self, handle: &Inode) -> Result<(), FsError> {
+        if !self.write_behind.is_on() || handle.io.read().is_empty() {
+            return Ok(());
+        }
+        let mut pages = handle.io.write();
+        self.write_back(handle, &mut pages)
+    }
+
+    /// Writes back every page of the inode whose I/O lock the caller holds exclusively, a
+    /// batch of runs at a time. On failure the pages are dropped (the data is lost, as a
+    /// failed writeback loses it on Linux), and the error is kept for the next `fsync` as
+    /// well as returned.
+    pub(crate) fn write_back(&self, handle: &Inode, pages: &mut PageSet) -> Result<(), FsError> {
+        loop {
+            let runs = pages.next_batch();
+            if runs.is_empty() {
+                return Ok(());
+            }
+            if let Err(error) = self.write_back_batch(handle, pages, &runs) {
+                pages.lost = Some(match error {
+                    FsError::NoSpace => LostWrite::NoSpace,
+                    _ => LostWrite::Io,
+                });
+                self.write_behind
+                    .lost_writes
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    inode = handle.number,
+                    %error,
+                    "writing cached data back failed; the data is lost"
+                );
+                self.write_behind
+                    .remove_pages(handle.number, pages, 0, u64::MAX);
+                handle.data.lock().delayed_blocks = 0;
+                return Err(error);
+            }
+            let block_size = u64::from(self.geometry.block_size);
+            for &(first, last) in &runs {
+                self.write_behind
+                    .remove_pages(handle.number, pages, first, last);
+                self.write_behind
+                    .written_back_bytes
+                    .fetch_add((last - first) * block_size, Ordering::Relaxed);
+            }
+            handle.data.lock().delayed_blocks = pages.over_holes;
+        }
+    }
+
+    /// Writes back `runs` (consecutive pages each): allocates their holes, writes them to the
+    /// device several at a time, then marks them written, as a direct write of each would.
+    fn write_back_batch(
+        &self,
+        handle: &Inode,
+        pages: &PageSet,
+        runs: &[(u64, u64)],
+    ) -> Result<(), FsError> {
+        for &(first, last) in runs {
+            self.allocate_run(handle, first, last)?;
+        }
+        let block_size = u64::from(self.geometry.block_size);
+        let blocks: u64 = runs.iter().map(|(first, last)| last - first).sum();
+        let mut buf = iobuf::take((blocks * block_size) as usize);
+        let mut at = 0usize;
+        for &(first, last) in runs {
+            let len = ((last - first) * block_size) as usize;
+            pages.overlay(first, &mut buf[at..at + len], block_size as usize);
+            at += len;
+        }
+        let written = self.device_writes(handle, runs).and_then(|batch| {
+            self.submit_writes(&buf, &batch.writes)?;
+            Ok(batch.converts)
+        });
+        iobuf::give_back(buf);
+        let converts = written?;
+        self.commit_runs(handle, &converts)
+    }
+
+    /// Allocates what file blocks `first..last` lack (unwritten), with speculative
+    /// preallocation past them for an appending file unless free space is short.
+    fn allocate_run(&self, handle: &Inode, first: u64, last: u64) -> Result<(), FsError> {
+        let inode = handle.number;
+        let block_size = u64::from(self.geometry.block_size);
+        let end = {
+            let meta = handle.data.lock();
+            (last * block_size)
+                .min(meta.core.size)
+                .max(first * block_size + 1)
+        };
+        let mut plan = self.plan_write(inode, &handle.data.lock(), first, last, end)?;
+        if !plan.needs_blocks {
+            return Ok(());
+        }
+        let promised = self.write_behind.reserved_blocks() + SLACK_BLOCKS;
+        if self.free_blocks_estimate()? < promised + (plan.last - plan.first) {
+            // Speculative blocks would eat other files' reservations.
+            plan.last = last;
+            plan.speculative_end = None;
+        }
+        let blocks_before = handle.data.lock().core.block_count;
+        self.allocate_for_write(inode, handle, &plan, last)?;
+        let mapped = handle
+            .data
+            .lock()
+            .core
+            .block_count
+            .saturating_sub(blocks_before);
+        self.note_preallocation(inode, &plan, mapped);
+        Ok(())
+    }
+
+    /// The device writes of `runs` (laid out one after another in the batch's buffer): byte
+    /// range in the buffer and device offset, one per mapped extent; and the runs that
+    /// land in unwritten extents, which must be marked written.
+    fn device_writes(&self, handle: &Inode, runs: &[(u64, u64)]) -> Result<BatchWrites, FsError> {
+        let block_size = u64::from(self.geometry.block_size);
+        let generation = handle.data.lock().core.generation;
+        let extents = self.data_cache.inode(handle.number, generation);
+        let (mut writes, mut converts) = (Vec::new(), Vec::new());
+        let mut at = 0u64;
+        for &(first, last) in runs {
+            let mut block = first;
+            let mut unwritten = false;
+            while block < last {
+                let Mapping::Mapped(extent) = self.map_block(handle, &extents, block)? else {
+                    return Err(FsError::corrupt(
+                        "file mapping",
+                        block,
+                        "hole after allocation",
+                    ));
+                };
+                let run_end = extent.file_end().min(last);
+                unwritten |= extent.unwritten;
+                let physical = extent.fs_block.0 + (block - extent.file_block);
+                let from = (at + (block - first) * block_size) as usize;
+                writes.push(DeviceWrite {
+                    offset: physical * block_size,
+                    range: from..from + ((run_end - block) * block_size) as usize,
+                });
+                block = run_end;
+            }
+            if unwritten {
+                converts.push((first, last));
+            }
+            at += (last - first) * block_size;
+        }
+        Ok(BatchWrites { writes, converts })
+    }
+
+    /// Submits `writes` of `buf`, up to `WRITES_IN_FLIGHT` at once when there are several
+    /// (each device write waits for the device; a 4 KiB one takes about 100 us here).
+    fn submit_writes(&self, buf: &[u8], writes: &[DeviceWrite]) -> Result<(), FsError> {
+        let device = self.device.as_ref();
+        let write = |one: &DeviceWrite| device.write_from(one.offset, &buf[one.range.clone()]);
+        if writes.len() < 2 {
+            return writes.iter().try_for_each(write).map_err(FsError::from);
+        }
+        let threads = writes.len().min(WRITES_IN_FLIGHT);
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|lane| {
+                    scope.spawn(move || {
+                        writes
+                            .iter()
+                            .skip(lane)
+                            .step_by(threads)
+                            .try_for_each(write)
+                    })
+                })
+                .collect();
+            let mut outcome = Ok(());
+            for worker in workers {
+                let result = worker
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                if outcome.is_ok() {
+                    outcome = result;
+                }
+            }
+            outcome
+        })
+        .map_err(FsError::from)
+    }
+
+    /// The transactions after a batch's data is on the device: runs in unwritten extents
+    /// become written, `EXTENTS_PER_STEP` runs a transaction (the reservation of one mapping
+    /// step), and the inode (size and times as the writes left them) is logged.
+    fn commit_runs(&self, handle: &Inode, converts: &[(u64, u64)]) -> Result<(), FsError> {
+        let inode = handle.number;
+        // With nothing to convert, one transaction still logs the inode.
+        let nothing: &[(u64, u64)] = &[];
+        let chunks: Vec<&[(u64, u64)]> = match converts.is_empty() {
+            true => vec![nothing],
+            false => converts.chunks(crate::bmap::EXTENTS_PER_STEP).collect(),
+        };
+        for chunk in chunks {
+            let mut meta = handle.data.lock();
+            let mut tx = self.begin(self.write_reservation())?;
+            let mut map = FileMap::load(self, &mut tx, inode, &meta)?;
+            for &(first, last) in chunk {
+                map.mark_written(first, last);
+            }
+            let stored = map.store(self, &mut tx, &mut meta);
+            Self::log_inode(&mut tx, inode, &mut meta);
+            self.commit(tx, &mut [&mut meta])?;
+            stored?;
+        }
+        Ok(())
+    }
+
+    /// Writes back every inode with dirty pages; the first failure is returned after all
+    /// were tried.
+    pub(crate) fn write_back_all(&self) -> Result<(), FsError> {
+        let mut outcome = Ok(());
+        loop {
+            let oldest = self.write_behind.list.lock().oldest();
+            let Some((_, inode)) = oldest else {
+                return outcome;
+            };
+            if let Err(error) = self.settle(&inode)
+                && outcome.is_ok()
+            {
+                outcome = Err(error);
+            }
+        }
+    }
+
+    /// A truncate to `size` of the inode whose I/O and metadata locks the caller holds
+    /// (`pages`, `meta`): drops the pages past it, with their reservations, and zeroes the
+    /// cached bytes past it in its last block. Size 0 drops them all (an inode being freed).
+    pub(crate) fn truncate_pages(
+        &self,
+        number: u64,
+        (pages, meta): (&mut PageSet, &mut InodeData),
+        size: u64,
+    ) {
+        let block_size = u64::from(self.geometry.block_size);
+        let first_gone = size.div_ceil(block_size);
+        self.write_behind
+            .remove_pages(number, pages, first_gone, u64::MAX);
+        pages.zero_from(size, block_size);
+        meta.delayed_blocks = pages.over_holes;
+    }
+
+    /// What the last writeback failure of the inode lost, once (for `fsync`).
+    pub(crate) fn take_lost_write(pages: &mut PageSet) -> Result<(), FsError> {
+        match pages.lost.take() {
+            None => Ok(()),
+            Some(LostWrite::NoSpace) => Err(FsError::NoSpace),
+            Some(LostWrite::Io) => Err(FsError::Io {
+                what: "writing cached data back",
+                source: "an earlier writeback failed; the data was lost".into(),
+            }),
+        }
+    }
+
+    /// One background pass: writes back the oldest inodes while dirty bytes are over a
+    /// quarter of the cap or their pages are older than `EXPIRE`, for at most
+    /// `PASS_BUDGET`. What the daemon's writeback thread runs after each wait.
+    pub fn write_back_background(&self) {
+        let started = Instant::now();
+        let behind = &self.write_behind;
+        while started.elapsed() < PASS_BUDGET {
+            let Some((since, inode)) = behind.list.lock().oldest() else {
+                return;
+            };
+            if !behind.over_background() && since.elapsed() < EXPIRE {
+                return;
+            }
+            if let Err(error) = self.settle(&inode) {
+                tracing::warn!(inode = inode.number, %error, "background writeback failed");
+                if self.check_writable().is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// What the daemon's writeback thread waits on (`None` when write-behind is off).
+    pub fn writeback_signal(&self) -> Option<Arc<WritebackSignal>> {
+        self.write_behind
+            .is_on()
+            .then(|| Arc::clone(&self.write_behind.wake))
+    }
+}
