@@ -95,7 +95,33 @@ pub struct Allocator {
     ag_reserve: u32,
     /// Freed ranges wait for a discard before they are reused (`with_discard`).
     discard: bool,
+    /// Blocks promised to writers that will allocate them later (write-behind's
+    /// reservations): an allocation outside a `ReservedScope` must leave them free.
+    held_back: AtomicU64,
     stats: Stats,
+}
+
+thread_local! {
+    /// How many `ReservedScope`s the thread is in.
+    static IN_RESERVED_SCOPE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// While alive, this thread's allocations may use held-back blocks: it is allocating for
+/// the promises they were held back for.
+#[derive(Debug)]
+pub struct ReservedScope(());
+
+impl ReservedScope {
+    pub fn enter() -> ReservedScope {
+        IN_RESERVED_SCOPE.with(|depth| depth.set(depth.get() + 1));
+        ReservedScope(())
+    }
+}
+
+impl Drop for ReservedScope {
+    fn drop(&mut self) {
+        IN_RESERVED_SCOPE.with(|depth| depth.set(depth.get().saturating_sub(1)));
+    }
 }
 
 impl Allocator {
@@ -114,6 +140,7 @@ impl Allocator {
             uuid,
             ag_reserve: 0,
             discard: false,
+            held_back: AtomicU64::new(0),
             stats: Stats::default(),
         }
     }
@@ -161,6 +188,45 @@ impl Allocator {
     /// Records AG `ag`'s free blocks as read from its header by someone else.
     pub fn note_free_blocks(&self, ag: u32, free: u32) {
         self.store_free_hint(ag, free);
+    }
+
+    /// Holds `blocks` more back from allocations outside a `ReservedScope`.
+    pub fn hold_back(&self, blocks: u64) {
+        self.held_back.fetch_add(blocks, Ordering::Relaxed);
+    }
+
+    /// Gives back `blocks` held back by `hold_back`.
+    pub fn release_held_back(&self, blocks: u64) {
+        let _ = self
+            .held_back
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                Some(held.saturating_sub(blocks))
+            });
+    }
+
+    /// Blocks held back now.
+    pub fn held_back(&self) -> u64 {
+        self.held_back.load(Ordering::Relaxed)
+    }
+
+    /// The most blocks `request` may take and leave every held-back block free (by the AGs'
+    /// free counts beyond their reserves): `None` for no limit (nothing held back, inside
+    /// a `ReservedScope`, or a request that may use the AG reserve: a freeing operation,
+    /// which must not fail). An AG not read yet means no limit: holding back reads every
+    /// AG first (`note_free_blocks`).
+    fn held_back_limit(&self, request: &Request) -> Option<u64> {
+        let held = self.held_back();
+        if held == 0 || request.use_reserve || IN_RESERVED_SCOPE.with(std::cell::Cell::get) > 0 {
+            return None;
+        }
+        let mut free = 0u64;
+        for hint in &self.free_hints {
+            match hint.load(Ordering::Relaxed) {
+                HINT_UNKNOWN => return None,
+                known => free += u64::from(known.saturating_sub(self.ag_reserve)),
+            }
+        }
+        Some(free.saturating_sub(held))
     }
 
     pub fn geometry(&self) -> &Geometry {
@@ -263,9 +329,26 @@ impl Allocator {
         request: &Request,
     ) -> Result<(Option<Allocation>, OpCounters), AllocError> {
         request.validate()?;
+        let mut counters = OpCounters::default();
+        let limited;
+        let request = match self.held_back_limit(request) {
+            None => request,
+            Some(limit) if limit < u64::from(request.min_len) => {
+                self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                return Ok((None, counters));
+            }
+            Some(limit) => {
+                limited = Request {
+                    max_len: request
+                        .max_len
+                        .min(u32::try_from(limit).unwrap_or(u32::MAX)),
+                    ..*request
+                };
+                &limited
+            }
+        };
         let floor = self.floor(bufs, request.lowest_ag);
         let (first, wrapped) = self.ag_order(request, floor);
-        let mut counters = OpCounters::default();
         let mut holds_one = false;
         for ag in first {
             let mark = bufs.joined_mark();

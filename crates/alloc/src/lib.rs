@@ -29,7 +29,7 @@ mod search;
 mod select;
 mod space;
 
-pub use allocator::{AllocStats, Allocator, TrimBatch};
+pub use allocator::{AllocStats, Allocator, ReservedScope, TrimBatch};
 pub use busy::{BUSY_CLEAR_BATCH_MAX, BusyExtent, BusyExtents, Discard, LogSequence};
 pub use check::AgSummary;
 pub use counters::OpCounters;

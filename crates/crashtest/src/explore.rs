@@ -26,6 +26,11 @@ pub struct ExploreConfig {
     /// Run the workload on a mount with online discard (freed blocks zeroed on the memory
     /// device once their free is durable).
     pub discard: bool,
+    /// Run the workload on a mount with write-behind holding up to this many bytes of
+    /// written data in memory (0: off). Recovery mounts after the crash use the defaults.
+    pub data_cache: u64,
+    /// Run the workload with `logmode=sync` (every transaction durable at its commit).
+    pub log_sync: bool,
 }
 
 /// What exploring one workload found.
@@ -69,7 +74,12 @@ pub fn explore(
     config: &ExploreConfig,
 ) -> Result<WorkloadOutcome, CrashError> {
     let device = Arc::new(MemDevice::from_image(base.to_vec(), SECTOR_BYTES)?);
-    let trace = runner::run_with(&device, setup, ops, config.discard)?;
+    let options = image::WorkloadMount {
+        discard: config.discard,
+        data_cache: config.data_cache,
+        log_sync: config.log_sync,
+    };
+    let trace = runner::run_with(&device, setup, ops, options)?;
     let mut outcome = WorkloadOutcome {
         flushes: device.flush_count() as u64,
         ..WorkloadOutcome::default()

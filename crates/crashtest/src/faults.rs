@@ -83,6 +83,7 @@ fn faulted_run(
         base_names: Arc::new(model.names.clone()),
         model,
         steps: Vec::new(),
+        write_behind: false,
     };
     arm(&device, fault);
     let mut outcome = FaultOutcome::default();

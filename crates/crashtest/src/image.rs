@@ -5,7 +5,7 @@ use std::sync::Arc;
 use cairn_blockdev::{AlignedBuf, BlockDevice, MemDevice};
 use cairn_format::Superblock;
 use cairn_format::limits::BLOCK_SIZE_MAX;
-use cairn_fs::{Filesystem, FsError, MountOptions};
+use cairn_fs::{Filesystem, FsError, LogMode, MountOptions};
 
 use crate::CrashError;
 
@@ -41,16 +41,34 @@ pub fn format_with(fs_bytes: u64, request: &cairn_mkfs::Request) -> Result<MemDe
     Ok(device)
 }
 
-/// Mounts `device` with default options (recovery runs here).
-pub fn mount(device: &Arc<MemDevice>) -> Result<Filesystem, FsError> {
-    mount_with(device, false)
+/// The mount options a workload runs with (recovery mounts use the defaults).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkloadMount {
+    /// Online discard: freed blocks are zeroed on the memory device once their free is
+    /// durable.
+    pub discard: bool,
+    /// Write-behind cap in bytes (0: off, every write goes to the device at once).
+    pub data_cache: u64,
+    /// `logmode=sync`: every transaction is durable when it commits, so crash points fall
+    /// between any two transactions (between a writeback's allocation and its conversion).
+    pub log_sync: bool,
 }
 
-/// Mounts `device` with default options, and online discard when `discard`.
-pub fn mount_with(device: &Arc<MemDevice>, discard: bool) -> Result<Filesystem, FsError> {
+/// Mounts `device` with default options (recovery runs here).
+pub fn mount(device: &Arc<MemDevice>) -> Result<Filesystem, FsError> {
+    mount_with(device, WorkloadMount::default())
+}
+
+/// Mounts `device` with default options changed as `choice` asks.
+pub fn mount_with(device: &Arc<MemDevice>, choice: WorkloadMount) -> Result<Filesystem, FsError> {
     let dyn_device: Arc<dyn BlockDevice> = device.clone();
     let options = MountOptions {
-        discard,
+        discard: choice.discard,
+        data_cache: choice.data_cache,
+        log_mode: match choice.log_sync {
+            true => LogMode::Sync,
+            false => LogMode::Delayed,
+        },
         ..MountOptions::default()
     };
     Filesystem::mount(dyn_device, options)

@@ -5,7 +5,9 @@
 //! writes after it), mounts it so recovery runs, walks the tree, runs the fsck checker and
 //! asks a persisted-state oracle whether the result is allowed (CrashMonkey's method).
 //! Workloads are generated systematically (one and two operations, each followed by fsync,
-//! fdatasync or sync, ACE-style) and at random (long sequences).
+//! fdatasync or sync, ACE-style) and at random (long sequences). They run with the default
+//! mount, with online discard, or with write-behind (`ExploreConfig::data_cache`), where
+//! data sits in memory until writeback and a crash may find a size logged before its data.
 //!
 //! Owns: the model filesystem and its version history (`model`), workload operations
 //! (`op`, `workload`), the runner that records flush counts per step (`runner`), the tree
@@ -15,8 +17,9 @@
 //! - a crash state is accepted only if every promise of a completed fsync-family call made
 //!   before the crash point holds, every name the tree shows was that inode's name at a step
 //!   whose writes may have reached the device, every file's size and every sector of its
-//!   contents come from some version of that same file, link counts match the names, fsck
-//!   finds nothing and no call panicked;
+//!   contents come from some version of that same file (with write-behind, a sector past
+//!   the end of such a version may read as that version's bytes then zeros), link counts
+//!   match the names, fsck finds nothing and no call panicked;
 //! - everything is deterministic given its seed, so each violation can be replayed.
 
 pub mod explore;

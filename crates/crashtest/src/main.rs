@@ -1,6 +1,7 @@
 //! `cairn-crashtest`: the full run. Explores every one- and two-op workload and a set of long
-//! random workloads at every crash point chosen, injects faults, fuzzes images and fills the
-//! filesystem; prints the counts and every violation, and exits non-zero on any violation.
+//! random workloads at every crash point chosen (also with online discard and with
+//! write-behind), injects faults, fuzzes images and fills the filesystem (also with
+//! write-behind); prints the counts and every violation, and exits non-zero on any violation.
 //!
 //! Usage: `cairn-crashtest [--quick] [--stride N] [--extra-points N]`: `--stride N` explores
 //! every N-th one- and two-op workload and 1/N of the random ones, faults and fuzzed images;
@@ -63,6 +64,8 @@ fn run(bounds: Bounds) -> Result<Tally, CrashError> {
         seed: 2024,
         extra_points_max: bounds.extra_points_max,
         discard: false,
+        data_cache: 0,
+        log_sync: false,
     };
     let mut workloads: Vec<_> = workload::seq1().into_iter().step_by(stride).collect();
     workloads.extend(workload::seq2().into_iter().step_by(stride));
@@ -102,6 +105,12 @@ fn run(bounds: Bounds) -> Result<Tally, CrashError> {
         started.elapsed()
     );
     suite::merge(&mut tally, discard_tally);
+    suite::merge(&mut tally, write_behind_pass(stride, &config)?);
+    eprintln!(
+        "write-behind: {} ({:?})",
+        tally.summary(),
+        started.elapsed()
+    );
     for seed in 0..(8 / stride as u64).max(1) {
         suite::merge(
             &mut tally,
@@ -113,6 +122,56 @@ fn run(bounds: Bounds) -> Result<Tally, CrashError> {
     suite::merge(&mut tally, suite::fuzz_run(2000 / stride as u64, 4)?);
     eprintln!("fuzz: {} ({:?})", tally.summary(), started.elapsed());
     suite::merge(&mut tally, suite::space_run(1, 3)?);
+    Ok(tally)
+}
+
+/// The crash runs again on mounts with write-behind: the write-behind workloads and random
+/// ones with a small cap (writers over it write back mid-workload) and a large one (data
+/// stays in memory until an op writes it back), the one- and two-op workloads with the
+/// large cap, the write-behind workloads with every transaction durable at its commit (so
+/// crash points fall inside a writeback), then the out-of-space rounds with write-behind.
+fn write_behind_pass(stride: usize, config: &ExploreConfig) -> Result<Tally, CrashError> {
+    use workload::{LARGE_DATA_CACHE_BYTES, SMALL_DATA_CACHE_BYTES};
+    let started = Instant::now();
+    let targeted: Vec<_> = workload::write_behind()
+        .into_iter()
+        .step_by(stride.min(2))
+        .collect();
+    let randoms = (0..(RANDOM_WORKLOADS / stride as u64).max(1))
+        .map(|seed| workload::random_write_behind(seed, RANDOM_LEN));
+    let mut mixed = targeted.clone();
+    mixed.extend(randoms);
+    let mut tally = Tally::default();
+    let mut explore = |what: &str, workloads: &[workload::Workload], cap, log_sync| {
+        let config = ExploreConfig {
+            data_cache: cap,
+            log_sync,
+            ..*config
+        };
+        let run = suite::crash_run(workloads, &config)?;
+        eprintln!(
+            "write-behind {what}: {} ({:?})",
+            run.summary(),
+            started.elapsed()
+        );
+        suite::merge(&mut tally, run);
+        Ok::<(), CrashError>(())
+    };
+    explore("small cap", &mixed, SMALL_DATA_CACHE_BYTES, false)?;
+    explore("large cap", &mixed, LARGE_DATA_CACHE_BYTES, false)?;
+    let mut sequences: Vec<_> = workload::seq1().into_iter().step_by(stride).collect();
+    sequences.extend(workload::seq2().into_iter().step_by(stride));
+    explore("seq1+seq2", &sequences, LARGE_DATA_CACHE_BYTES, false)?;
+    explore("sync log", &targeted, SMALL_DATA_CACHE_BYTES, true)?;
+    let mut space = suite::space_run_with(1, 2, SMALL_DATA_CACHE_BYTES)?;
+    suite::merge(
+        &mut space,
+        suite::space_run_with(2, 1, LARGE_DATA_CACHE_BYTES)?,
+    );
+    suite::merge(&mut space, suite::reserve_run(SMALL_DATA_CACHE_BYTES)?);
+    suite::merge(&mut space, suite::reserve_run(LARGE_DATA_CACHE_BYTES)?);
+    eprintln!("write-behind space: {}", space.summary());
+    suite::merge(&mut tally, space);
     Ok(tally)
 }
 

@@ -56,6 +56,23 @@ pub enum Op {
         len: u64,
         mode: FallocateMode,
     },
+    /// `write` through `O_DIRECT` (`Filesystem::write_direct`): with write-behind on, the
+    /// file's cached pages are written back first and this write goes to the device.
+    WriteDirect {
+        path: Path,
+        offset: u64,
+        len: u64,
+        id: u64,
+    },
+    /// One pass of the daemon's writeback thread (`Filesystem::write_back_background`):
+    /// writes back the oldest files while the cache is over a quarter of its cap (or their
+    /// pages are old). No effect on the model and no promise. The only op whose effect
+    /// depends on time: pages older than the pass's expiry (seconds) go too, and a pass
+    /// stops after its time budget, so a very slow run may write back more or less.
+    Writeback,
+    /// `lseek(path, 0, SEEK_HOLE)`: reads the mapping, so with write-behind on it writes the
+    /// file's cached pages back first. No effect on the model and no promise.
+    SeekHole(Path),
     Fsync(Path),
     Fdatasync(Path),
     Sync,
@@ -82,13 +99,15 @@ impl Op {
             | Self::Fsync(path)
             | Self::Fdatasync(path)
             | Self::Write { path, .. }
+            | Self::WriteDirect { path, .. }
+            | Self::SeekHole(path)
             | Self::Truncate { path, .. }
             | Self::Symlink { path, .. }
             | Self::SetXattr { path, .. }
             | Self::RemoveXattr { path, .. }
             | Self::Fallocate { path, .. } => path,
             Self::Link { to, .. } | Self::Rename { to, .. } => to,
-            Self::Sync | Self::Unmount => "",
+            Self::Sync | Self::Unmount | Self::Writeback => "",
         }
     }
 }
@@ -119,6 +138,11 @@ impl fmt::Display for Op {
             Self::Write {
                 path, offset, len, ..
             } => write!(f, "write({path}, {offset}, {len})"),
+            Self::WriteDirect {
+                path, offset, len, ..
+            } => write!(f, "write_direct({path}, {offset}, {len})"),
+            Self::Writeback => write!(f, "writeback"),
+            Self::SeekHole(path) => write!(f, "seek_hole({path})"),
             Self::Truncate { path, size } => write!(f, "truncate({path}, {size})"),
             Self::Link { from, to } => write!(f, "link({from}, {to})"),
             Self::Unlink(path) => write!(f, "unlink({path})"),
@@ -172,7 +196,10 @@ pub fn valid(model: &Model, op: &Op) -> bool {
     let file = |path: &str| kind_at(model, path) == Some(NodeKind::File);
     match op {
         Op::Create(path) | Op::Mkdir(path) | Op::Symlink { path, .. } => fresh(model, path),
-        Op::Write { path, .. } | Op::Truncate { path, .. } => file(path),
+        Op::Write { path, .. }
+        | Op::WriteDirect { path, .. }
+        | Op::Truncate { path, .. }
+        | Op::SeekHole(path) => file(path),
         Op::Link { from, to } => file(from) && fresh(model, to),
         Op::Unlink(path) => matches!(
             kind_at(model, path),
@@ -195,7 +222,7 @@ pub fn valid(model: &Model, op: &Op) -> bool {
         }),
         Op::Fallocate { path, .. } => file(path),
         Op::Fsync(path) | Op::Fdatasync(path) => kind_at(model, path).is_some(),
-        Op::Sync | Op::Unmount => true,
+        Op::Sync | Op::Unmount | Op::Writeback => true,
     }
 }
 
@@ -299,6 +326,12 @@ pub fn apply(model: &mut Model, op: &Op, step: Option<usize>, inode: u64) -> Opt
             offset,
             len,
             id,
+        }
+        | Op::WriteDirect {
+            path,
+            offset,
+            len,
+            id,
         } => {
             let node = model.node_at(path)?;
             let current = model.nodes[node].current().clone();
@@ -363,7 +396,7 @@ pub fn apply(model: &mut Model, op: &Op, step: Option<usize>, inode: u64) -> Opt
             Some(node)
         }
         Op::Fsync(path) | Op::Fdatasync(path) => model.node_at(path),
-        Op::Sync | Op::Unmount => None,
+        Op::Sync | Op::Unmount | Op::Writeback | Op::SeekHole(_) => None,
     }
 }
 

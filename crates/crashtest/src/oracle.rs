@@ -320,7 +320,8 @@ impl<'a> Expectation<'a> {
             }
             let verdict = match model_node.kind {
                 NodeKind::File => {
-                    content_ok(&seen.content, &self.allowed_versions(node, &self.contents))
+                    let versions = self.allowed_versions(node, &self.contents);
+                    content_ok(&seen.content, &versions, self.trace.write_behind)
                         .and_then(|()| self.xattrs_ok(node, seen))
                 }
                 NodeKind::Dir => self.xattrs_ok(node, seen),
@@ -406,7 +407,20 @@ impl Expectation<'_> {
 
 /// Checks recovered `data` against the versions it may come from: its size is one of theirs,
 /// and every sector equals that sector of some version long enough to hold it.
-pub fn content_ok(data: &[u8], versions: &[&Version]) -> Result<(), String> {
+///
+/// With `write_behind`, a sector may also hold an allowed version's bytes up to that
+/// version's end and zeros after it (all zeros when the version ends before the sector).
+/// Write-behind changes the size in memory at write time and any later transaction of the
+/// inode logs it, while the data reaches the device only at writeback, which allocates
+/// blocks unwritten and converts them after the data is written: so the size of a later
+/// version can be durable while the blocks past an earlier version's end are still holes
+/// or unwritten, and those bytes read as zeros. Only past an allowed version's end: a
+/// block inside every allowed version held that version's bytes on the device already (the
+/// setup was synced; a promise means the fsynced version's data is there), and writeback
+/// overwrites it in place (old or new bytes, never zeros). The fsync promises are kept: a promise
+/// narrows the allowed versions to the fsynced one and later ones, so zeros show only past
+/// the end of the fsynced size or of a later (shorter) version.
+pub fn content_ok(data: &[u8], versions: &[&Version], write_behind: bool) -> Result<(), String> {
     if versions.is_empty() {
         return Err("file has no allowed version".into());
     }
@@ -417,9 +431,10 @@ pub fn content_ok(data: &[u8], versions: &[&Version]) -> Result<(), String> {
     for (index, sector) in data.chunks(CONTENT_SECTOR_BYTES).enumerate() {
         let start = index * CONTENT_SECTOR_BYTES;
         let end = start + sector.len();
-        let known = versions
-            .iter()
-            .any(|v| v.content.len() >= end && v.content[start..end] == *sector);
+        let known = versions.iter().any(|v| {
+            (v.content.len() >= end && v.content[start..end] == *sector)
+                || (write_behind && zeros_past_end(sector, start, &v.content))
+        });
         if !known {
             let zeros = sector.iter().all(|&byte| byte == 0);
             return Err(format!(
@@ -429,6 +444,16 @@ pub fn content_ok(data: &[u8], versions: &[&Version]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether `sector` (at byte `start` of the file) is `content`'s bytes up to its end, if it
+/// ends inside the sector, then zeros; or all zeros if `content` ends before `start`.
+fn zeros_past_end(sector: &[u8], start: usize, content: &[u8]) -> bool {
+    if content.len() >= start + sector.len() {
+        return false;
+    }
+    let tail = content.get(start..).unwrap_or_default();
+    sector[..tail.len()] == *tail && sector[tail.len()..].iter().all(|&b| b == 0)
 }
 
 /// Link counts: a file's equals its names in the tree, a directory's is 2 plus its subdirs.
@@ -518,6 +543,7 @@ mod tests {
             model,
             base_names,
             steps,
+            write_behind: false,
         }
     }
 
@@ -563,6 +589,30 @@ mod tests {
             let removal = format!("{g}: present, but its removal was persisted by fdatasync(E)");
             assert!(kept.contains(&removal), "{kept:?}");
         }
+    }
+
+    // With write-behind, a sector past an allowed version's end may read as that version's
+    // bytes then zeros (the size logged before the data); zeros inside every allowed version,
+    // or past the end of none, are still refused, and without write-behind so is the first.
+    #[test]
+    fn write_behind_allows_zeros_past_a_versions_end_only() {
+        let version = |step, content: Vec<u8>| Version {
+            step,
+            content: Arc::new(content),
+            xattrs: Default::default(),
+        };
+        let old = version(None, vec![1; 700]);
+        let new = version(Some(0), vec![2; 1500]);
+        let mut zeroed = vec![2; 1500];
+        zeroed[700..].fill(0);
+        zeroed[..700].fill(1);
+        assert!(content_ok(&zeroed, &[&old, &new], true).is_ok());
+        assert!(content_ok(&zeroed, &[&old, &new], false).is_err());
+        // The fsynced version is the only one allowed: its bytes may not read as zeros.
+        assert!(content_ok(&zeroed, &[&new], true).is_err());
+        let mut inside = vec![2; 1500];
+        inside[..512].fill(0);
+        assert!(content_ok(&inside, &[&old, &new], true).is_err());
     }
 
     // fsync(file) promises the file's name as an entry of its directory, not the directory's

@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cairn_blockdev::MemDevice;
-use cairn_fs::{Credentials, FileKind, Filesystem, FsError, SetAttr, XattrFlags};
+use cairn_fs::{Credentials, FileKind, Filesystem, FsError, SeekKind, SetAttr, XattrFlags};
 
 use crate::CrashError;
+use crate::image::WorkloadMount;
 use crate::model::{Model, NodeId, Path, name_of, parent_of, pattern};
 use crate::op::{self, Op};
 
@@ -32,6 +33,9 @@ pub struct Trace {
     pub model: Model,
     pub base_names: Arc<BTreeMap<Path, NodeId>>,
     pub steps: Vec<StepRecord>,
+    /// The workload ran with write-behind on (`MountOptions::data_cache` > 0): a file's
+    /// size may have been logged before its data reached the device (see the oracle).
+    pub write_behind: bool,
 }
 
 fn op_failed(op: &Op, error: &FsError) -> CrashError {
@@ -98,6 +102,28 @@ pub fn perform(fs: &Filesystem, op: &Op) -> Result<u64, FsError> {
             }
             Ok(0)
         }
+        Op::WriteDirect {
+            path,
+            offset,
+            len,
+            id,
+        } => {
+            let data = pattern(*id, *offset, *len as usize);
+            let written = fs.write_direct(resolve(fs, path)?, *offset, &data, None)?;
+            if u64::from(written) != *len {
+                return Err(FsError::InvalidArgument("short write"));
+            }
+            Ok(0)
+        }
+        Op::Writeback => {
+            fs.write_back_background();
+            Ok(0)
+        }
+        Op::SeekHole(path) => match fs.seek(resolve(fs, path)?, 0, SeekKind::Hole) {
+            // An empty file has no offset 0 to seek from; the writeback happened anyway.
+            Ok(_) | Err(FsError::NoSuchOffset) => Ok(0),
+            Err(error) => Err(error),
+        },
         Op::Truncate { path, size } => {
             let changes = SetAttr {
                 size: Some(*size),
@@ -150,19 +176,21 @@ pub fn perform(fs: &Filesystem, op: &Op) -> Result<u64, FsError> {
 /// Mounts `device`, runs `setup` and syncs it, restarts the device's op log, then runs `ops`
 /// one by one and finally unmounts. Every op must be valid on the model.
 pub fn run(device: &Arc<MemDevice>, setup: &[Op], ops: &[Op]) -> Result<Trace, CrashError> {
-    run_with(device, setup, ops, false)
+    run_with(device, setup, ops, WorkloadMount::default())
 }
 
-/// `run`, on a mount with online discard when `discard`: after each op the runner waits
-/// for the discards the durable frees allow, so they land between steps (the discard
-/// thread may still issue some inside a step, which crash points then cover too).
+/// `run`, on a mount set up as `options` asks. With online discard, after each op the
+/// runner waits for the discards the durable frees allow, so they land between steps (the
+/// discard thread may still issue some inside a step, which crash points then cover too).
+/// With write-behind, nothing runs between steps (no writeback thread): cached data stays
+/// in memory until an op writes it back, so crash points see it missing.
 pub fn run_with(
     device: &Arc<MemDevice>,
     setup: &[Op],
     ops: &[Op],
-    discard: bool,
+    options: WorkloadMount,
 ) -> Result<Trace, CrashError> {
-    let fs = crate::image::mount_with(device, discard).map_err(|e| op_failed(&Op::Sync, &e))?;
+    let fs = crate::image::mount_with(device, options).map_err(|e| op_failed(&Op::Sync, &e))?;
     let mut model = Model::default();
     for setup_op in setup {
         let inode = perform(&fs, setup_op).map_err(|e| op_failed(setup_op, &e))?;
@@ -181,6 +209,7 @@ pub fn run_with(
         let start_flush = device.flush_count();
         let inode = perform(&fs, step_op).map_err(|e| op_failed(step_op, &e))?;
         fs.drain_discards();
+        check_write_behind(&fs, step_op)?;
         let node = op::apply(&mut model, step_op, Some(step), inode);
         steps.push(StepRecord {
             op: step_op.clone(),
@@ -203,5 +232,22 @@ pub fn run_with(
         model,
         base_names,
         steps,
+        write_behind: options.data_cache > 0,
+    })
+}
+
+/// Write-behind's books on the live filesystem after `done`: no writeback failed (the
+/// device never fails and space never runs out in these runs, so a failure would lose an
+/// acknowledged write), and after a `sync` no page and no reservation is left (a leaked
+/// reservation would shrink the free space for good).
+fn check_write_behind(fs: &Filesystem, done: &Op) -> Result<(), CrashError> {
+    let stats = fs.stats().write_behind;
+    let leaked = *done == Op::Sync && (stats.dirty_bytes > 0 || stats.reserved_blocks > 0);
+    if stats.lost_writebacks == 0 && !leaked {
+        return Ok(());
+    }
+    Err(CrashError::OpFailed {
+        op: done.to_string(),
+        error: format!("write-behind books after it: {stats:?}"),
     })
 }

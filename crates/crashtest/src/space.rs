@@ -1,12 +1,17 @@
 //! Running out of space: several writers fill the filesystem to 100%, then every byte each
 //! writer was told was written must read back, the free count must return to where it started
 //! once everything is deleted, and fsck must be clean after each round.
+//!
+//! With write-behind on, a write only reserves space; the writers fsync every file once
+//! the filesystem is full. A full filesystem must be reported by a write call: an fsync
+//! failing after its writes were accepted means a writeback ran out of space and lost
+//! acknowledged data, which is a problem, and so is any failed writeback.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use cairn_blockdev::MemDevice;
-use cairn_fs::{Credentials, FileKind, Filesystem, FsError};
+use cairn_fs::{Credentials, FileKind, Filesystem, FsError, XattrFlags};
 
 use crate::model::pattern;
 
@@ -33,7 +38,31 @@ struct Written {
     len: u64,
 }
 
+/// Fills files until space runs out; with write-behind (`data_cache`) then fsyncs each of
+/// them, so every byte acknowledged is on the device (or the fsync reports it lost).
 fn writer(
+    fs: &Filesystem,
+    dir: u64,
+    writer_index: u64,
+    file_bytes: u64,
+    enospc: &AtomicU64,
+    data_cache: u64,
+) -> Result<Vec<Written>, String> {
+    let made = fill_files(fs, dir, writer_index, file_bytes, enospc)?;
+    if data_cache > 0 {
+        for file in &made {
+            if let Err(error) = fs.fsync(file.inode, false) {
+                return Err(format!(
+                    "fsync {} after {} bytes were accepted: {error}",
+                    file.name, file.len
+                ));
+            }
+        }
+    }
+    Ok(made)
+}
+
+fn fill_files(
     fs: &Filesystem,
     dir: u64,
     writer_index: u64,
@@ -105,13 +134,15 @@ fn verify(fs: &Filesystem, dir: u64, files: &[Written]) -> Vec<String> {
     problems
 }
 
-/// Fills `fs` from `writers` threads in directory `fill`, verifies, remounts and verifies
-/// again; returns the outcome and the remounted filesystem.
+/// Fills `fs` (mounted with write-behind cap `data_cache`, 0: off) from `writers` threads in
+/// directory `fill`, verifies, remounts the same way and verifies again; returns the outcome
+/// and the remounted filesystem.
 pub fn fill_round(
     device: &Arc<MemDevice>,
     fs: Filesystem,
     writers: u64,
     file_bytes: u64,
+    data_cache: u64,
 ) -> (FillOutcome, Option<Filesystem>) {
     let mut outcome = FillOutcome::default();
     let who = Credentials::root();
@@ -127,7 +158,7 @@ pub fn fill_round(
         let handles: Vec<_> = (0..writers)
             .map(|index| {
                 let (fs, enospc) = (&fs, &enospc);
-                scope.spawn(move || writer(fs, dir, index, file_bytes, enospc))
+                scope.spawn(move || writer(fs, dir, index, file_bytes, enospc, data_cache))
             })
             .collect();
         handles
@@ -150,7 +181,12 @@ pub fn fill_round(
     outcome.bytes_acknowledged = files.iter().map(|file| file.len).sum();
     outcome.problems.extend(verify(&fs, dir, &files));
     outcome.enospc_seen = enospc.load(Ordering::Relaxed);
-    let remounted = remount_and_verify(device, fs, &files, &mut outcome);
+    let lost = fs.stats().write_behind.lost_writebacks;
+    if lost > 0 {
+        let problem = format!("{lost} writebacks failed: accepted writes were lost");
+        outcome.problems.push(problem);
+    }
+    let remounted = remount_and_verify(device, fs, &files, &mut outcome, data_cache);
     (outcome, remounted)
 }
 
@@ -159,6 +195,7 @@ fn remount_and_verify(
     fs: Filesystem,
     files: &[Written],
     outcome: &mut FillOutcome,
+    data_cache: u64,
 ) -> Option<Filesystem> {
     if let Err(error) = fs.unmount() {
         outcome.problems.push(format!("unmount when full: {error}"));
@@ -167,7 +204,11 @@ fn remount_and_verify(
     if let Err(error) = crate::image::fsck(device.as_ref()) {
         outcome.problems.push(format!("fsck when full: {error}"));
     }
-    let fs = match crate::image::mount(device) {
+    let choice = crate::image::WorkloadMount {
+        data_cache,
+        ..Default::default()
+    };
+    let fs = match crate::image::mount_with(device, choice) {
         Ok(fs) => fs,
         Err(error) => {
             outcome.problems.push(format!("mount when full: {error}"));
@@ -209,4 +250,145 @@ pub fn empty_round(fs: &Filesystem, free_before: u64) -> Vec<String> {
         Err(error) => problems.push(format!("statfs: {error}")),
     }
     problems
+}
+
+/// Bytes of attribute value each hog file of `reserve_round` carries (a block of its own).
+const HOG_XATTR_BYTES: usize = 3000;
+/// Bytes per write of the large-write hog: write-behind sends writes this large straight to
+/// the device (allocating at once, without a reservation).
+const HOG_WRITE_BYTES: usize = 512 << 10;
+
+/// What takes the space left in `reserve_round` without a reservation of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hog {
+    /// Files each holding a large attribute (inode chunks and attribute blocks).
+    Attributes,
+    /// One file written in large writes (write-through data extents).
+    LargeWrites,
+}
+/// `reserve_round` stops caching data when the free blocks not reserved for cached data
+/// fall below this: room for the hogs, more than write-behind keeps aside for metadata.
+const UNRESERVED_BLOCKS_MIN: u64 = 192;
+
+/// Write-behind's reservations against allocations that take none: caches data in files
+/// of `file_bytes` until little unreserved space is left (none of it written back, so the
+/// reservations are outstanding), then lets `hog` allocate until the filesystem is full,
+/// then fsyncs the data files. Every accepted write must reach the device: the hog must
+/// get ENOSPC first, not the writeback. Returns the problems found.
+pub fn reserve_round(fs: &Filesystem, file_bytes: u64, hog: Hog) -> Vec<String> {
+    let who = Credentials::root();
+    let dir = match fs.mkdir(fs.root(), b"reserve", 0o755, &who) {
+        Ok(attr) => attr.inode,
+        Err(error) => return vec![format!("mkdir reserve: {error}")],
+    };
+    let files = match cache_until_reserved(fs, dir, file_bytes) {
+        Ok(files) => files,
+        Err(problem) => return vec![problem],
+    };
+    let mut problems = Vec::new();
+    let hogged = match hog {
+        Hog::Attributes => hog_attributes(fs, dir),
+        Hog::LargeWrites => hog_large_writes(fs, dir),
+    };
+    if let Err(problem) = hogged {
+        problems.push(problem);
+    }
+    for file in &files {
+        if let Err(error) = fs.fsync(file.inode, false) {
+            problems.push(format!(
+                "fsync {} after {} bytes were accepted: {error}",
+                file.name, file.len
+            ));
+        }
+    }
+    if problems.is_empty() {
+        problems.extend(verify(fs, dir, &files));
+    }
+    problems
+}
+
+/// Writes files in `dir` while more than `UNRESERVED_BLOCKS_MIN` free blocks are not
+/// reserved for cached data (a write refused for space would write everything back).
+fn cache_until_reserved(
+    fs: &Filesystem,
+    dir: u64,
+    file_bytes: u64,
+) -> Result<Vec<Written>, String> {
+    let who = Credentials::root();
+    let unreserved = || -> Result<u64, String> {
+        let free = fs
+            .statfs()
+            .map_err(|error| format!("statfs: {error}"))?
+            .blocks_free;
+        Ok(free.saturating_sub(fs.stats().write_behind.reserved_blocks))
+    };
+    let mut files = Vec::new();
+    for file_index in 0..FILES_PER_WRITER_MAX {
+        let name = format!("d{file_index}");
+        let attr = fs
+            .create(dir, name.as_bytes(), FileKind::Regular, 0o644, 0, &who)
+            .map_err(|error| format!("create {name}: {error}"))?;
+        fs.forget(attr.inode, 1);
+        let id = (1 << 30) | file_index as u64;
+        let mut file = Written {
+            name,
+            inode: attr.inode,
+            id,
+            len: 0,
+        };
+        while file.len < file_bytes {
+            if unreserved()? < UNRESERVED_BLOCKS_MIN {
+                files.push(file);
+                return Ok(files);
+            }
+            let data = pattern(id, file.len, FILL_WRITE_BYTES as usize);
+            let written = fs
+                .write(file.inode, file.len, &data)
+                .map_err(|error| format!("write {} before full: {error}", file.name))?;
+            file.len += u64::from(written);
+        }
+        files.push(file);
+    }
+    Ok(files)
+}
+
+/// Writes one file in `dir` in large writes until the filesystem refuses one.
+fn hog_large_writes(fs: &Filesystem, dir: u64) -> Result<(), String> {
+    let who = Credentials::root();
+    let attr = fs
+        .create(dir, b"hog", FileKind::Regular, 0o644, 0, &who)
+        .map_err(|error| format!("create hog: {error}"))?;
+    fs.forget(attr.inode, 1);
+    let data = pattern(8, 0, HOG_WRITE_BYTES);
+    let mut len = 0u64;
+    for _ in 0..FILES_PER_WRITER_MAX {
+        match fs.write(attr.inode, len, &data) {
+            Ok(written) => len += u64::from(written),
+            Err(FsError::NoSpace) => return Ok(()),
+            Err(error) => return Err(format!("write hog at {len}: {error}")),
+        }
+    }
+    Err("the large writes never filled the filesystem".into())
+}
+
+/// Creates files with a large attribute in `dir` until the filesystem refuses one.
+fn hog_attributes(fs: &Filesystem, dir: u64) -> Result<(), String> {
+    let who = Credentials::root();
+    let value = pattern(7, 0, HOG_XATTR_BYTES);
+    for index in 0..FILES_PER_WRITER_MAX * 16 {
+        let name = format!("hog{index}");
+        let attr = match fs.create(dir, name.as_bytes(), FileKind::Regular, 0o644, 0, &who) {
+            Ok(attr) => attr,
+            Err(FsError::NoSpace) => return Ok(()),
+            Err(error) => return Err(format!("create {name}: {error}")),
+        };
+        fs.forget(attr.inode, 1);
+        let set = fs.setxattr(attr.inode, b"user.hog", &value, XattrFlags::Any, &who);
+        match set {
+            Ok(()) => {}
+            Err(FsError::NoSpace) => return Ok(()),
+            Err(error) => return Err(format!("setxattr {name}: {error}")),
+        }
+    }
+    Err("the hogs never filled the filesystem".into())
 }

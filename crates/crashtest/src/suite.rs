@@ -148,9 +148,21 @@ pub fn fuzz_run(count: u64, seed: u64) -> Result<Tally, CrashError> {
 
 /// Fills a fresh filesystem with `writers` threads, checks, empties, fills again.
 pub fn space_run(writers: u64, rounds: u64) -> Result<Tally, CrashError> {
+    space_run_with(writers, rounds, 0)
+}
+
+/// `space_run` on mounts with write-behind holding up to `data_cache` bytes (0: off): a
+/// full filesystem must be reported by the write calls, and every write fsynced after
+/// them must read back.
+pub fn space_run_with(writers: u64, rounds: u64, data_cache: u64) -> Result<Tally, CrashError> {
     let device = std::sync::Arc::new(image::formatted_device(CRASH_DEVICE_BYTES)?);
     device.set_recording(false);
-    let mut fs = Some(image::mount(&device).map_err(|e| CrashError::Setup(e.to_string()))?);
+    let choice = image::WorkloadMount {
+        data_cache,
+        ..Default::default()
+    };
+    let mounted = image::mount_with(&device, choice);
+    let mut fs = Some(mounted.map_err(|e| CrashError::Setup(e.to_string()))?);
     let free_before = fs
         .as_ref()
         .map(|fs| fs.statfs().map(|stat| stat.blocks_free))
@@ -160,7 +172,8 @@ pub fn space_run(writers: u64, rounds: u64) -> Result<Tally, CrashError> {
     let mut tally = Tally::default();
     for round in 0..rounds {
         let Some(current) = fs.take() else { break };
-        let (outcome, remounted) = crate::space::fill_round(&device, current, writers, 256 << 10);
+        let (outcome, remounted) =
+            crate::space::fill_round(&device, current, writers, 256 << 10, data_cache);
         tally.fill_rounds += 1;
         let mut problems = outcome.problems;
         if outcome.enospc_seen == 0 {
@@ -170,9 +183,8 @@ pub fn space_run(writers: u64, rounds: u64) -> Result<Tally, CrashError> {
             problems.extend(crate::space::empty_round(current, free_before));
         }
         if !problems.is_empty() {
-            tally
-                .violations
-                .push(violation("fill", format!("round {round}"), problems));
+            let point = format!("round {round}, data cache {data_cache}");
+            tally.violations.push(violation("fill", point, problems));
         }
         fs = remounted;
     }
@@ -184,6 +196,40 @@ pub fn space_run(writers: u64, rounds: u64) -> Result<Tally, CrashError> {
                 "final fsck".into(),
                 vec![error.to_string()],
             ));
+        }
+    }
+    Ok(tally)
+}
+
+/// `space::reserve_round` on a fresh filesystem with write-behind cap `data_cache`, once
+/// per kind of hog, each followed by unmount and fsck.
+pub fn reserve_run(data_cache: u64) -> Result<Tally, CrashError> {
+    let mut tally = Tally::default();
+    for hog in [
+        crate::space::Hog::Attributes,
+        crate::space::Hog::LargeWrites,
+    ] {
+        let device = std::sync::Arc::new(image::formatted_device(CRASH_DEVICE_BYTES)?);
+        device.set_recording(false);
+        let choice = image::WorkloadMount {
+            data_cache,
+            ..Default::default()
+        };
+        let fs =
+            image::mount_with(&device, choice).map_err(|e| CrashError::Setup(e.to_string()))?;
+        let mut problems = crate::space::reserve_round(&fs, 256 << 10, hog);
+        if let Err(error) = fs.unmount() {
+            problems.push(format!("unmount: {error}"));
+        }
+        if let Err(error) = image::fsck(device.as_ref()) {
+            problems.push(format!("fsck: {error}"));
+        }
+        tally.fill_rounds += 1;
+        if !problems.is_empty() {
+            let point = format!("{hog:?}, data cache {data_cache}");
+            tally
+                .violations
+                .push(violation("reservations against a hog", point, problems));
         }
     }
     Ok(tally)

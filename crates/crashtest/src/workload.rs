@@ -22,6 +22,15 @@ fn write(path: &str, offset: u64, len: u64) -> Op {
     }
 }
 
+fn write_direct(path: &str, offset: u64, len: u64) -> Op {
+    Op::WriteDirect {
+        path: path.into(),
+        offset,
+        len,
+        id: 0,
+    }
+}
+
 fn link(from: &str, to: &str) -> Op {
     Op::Link {
         from: from.into(),
@@ -143,7 +152,7 @@ pub fn persist_choices(model: &Model, done: &Op) -> Vec<Op> {
 /// Gives every write and attribute value of `ops` its own pattern id.
 fn number_writes(ops: &mut [Op]) {
     for (index, step) in ops.iter_mut().enumerate() {
-        if let Op::Write { id, .. } | Op::SetXattr { id, .. } = step {
+        if let Op::Write { id, .. } | Op::WriteDirect { id, .. } | Op::SetXattr { id, .. } = step {
             *id = 1000 + index as u64;
         }
     }
@@ -271,6 +280,140 @@ pub fn xattr_index() -> Vec<Workload> {
     out
 }
 
+/// Write-behind cap that makes writers write back mid-workload: a few of the workloads
+/// below cache more than this, so a later write finds the cache full and writes the oldest
+/// file back first (and a `Writeback` pass finds it over a quarter of the cap).
+pub const SMALL_DATA_CACHE_BYTES: u64 = 64 << 10;
+/// Write-behind cap no workload reaches: data stays in memory until an op writes it back.
+pub const LARGE_DATA_CACHE_BYTES: u64 = 64 << 20;
+
+/// The write-behind bodies that end in cached data, each run below followed by nothing (the
+/// crash comes before the unmount writes it back), fsync, fdatasync and sync: an append, an
+/// overwrite in place, a new file (a reservation outstanding), a write past the end (a hole
+/// and a zeroed end-of-file page), several runs of one file (crash points fall with some
+/// runs' data on the device and others' not, or, with a sync log, between a run's
+/// allocation and its conversion), a new file
+/// over the small cap (the next write writes the oldest file back first), truncates and
+/// fallocates over cached pages, an `O_DIRECT` write and a seek (both write the pages back
+/// first), and a background writeback pass.
+fn write_behind_bodies() -> Vec<Vec<Op>> {
+    let runs = |path: &str| {
+        vec![
+            write(path, 0, 4096),
+            write(path, 8192, 4096),
+            write(path, 24576, 8192),
+            write(path, 49152, 12288),
+        ]
+    };
+    let mut over_cap = runs("foo");
+    over_cap.extend([
+        Op::Create("new".into()),
+        write("new", 0, 49152),
+        write("new", 49152, 4096),
+        write("A/bar", 100, 200),
+    ]);
+    let mut background = runs("foo");
+    background.extend([Op::Writeback, write("foo", 70000, 100)]);
+    vec![
+        vec![write("foo", 16384, 5000)],
+        vec![write("foo", 1000, 3000)],
+        vec![Op::Create("new".into()), write("new", 0, 20000)],
+        vec![write("A/C/baz", 0, 8192), write("foo", 40000, 100)],
+        runs("foo"),
+        over_cap,
+        background,
+        vec![write("foo", 16384, 8192), truncate("foo", 18000)],
+        vec![write("foo", 16384, 5000), truncate("foo", 30000)],
+        vec![truncate("foo", 5000), write("foo", 10000, 2000)],
+        vec![
+            write("foo", 16384, 5000),
+            fallocate("foo", 12000, 8192, FallocateMode::PunchHole),
+        ],
+        vec![write("foo", 1000, 3000), write_direct("foo", 8192, 4096)],
+        vec![write("foo", 16384, 5000), Op::SeekHole("foo".into())],
+    ]
+}
+
+/// Sequences where the size of a cached write reaches the log before its data reaches the
+/// device: another op logs the inode (with its size in memory) and another file's fsync
+/// forces the log, or the inode is freed with its pages (their reservation given back).
+fn write_behind_forced() -> Vec<Vec<Op>> {
+    vec![
+        vec![
+            write("foo", 16384, 5000),
+            setxattr("foo", "user.n", 40),
+            write("A/bar", 0, 100),
+            Op::Fsync("A/bar".into()),
+        ],
+        vec![
+            write("foo", 16384, 5000),
+            link("foo", "A/lnk"),
+            Op::Fsync("A".into()),
+        ],
+        vec![
+            write("foo", 16384, 5000),
+            rename("foo", "A/foo2", RenameMode::Replace),
+            Op::Fsync("A".into()),
+        ],
+        vec![
+            Op::Create("new".into()),
+            write("new", 0, 9000),
+            link("new", "A/n2"),
+            Op::Fdatasync("A/bar".into()),
+        ],
+        vec![
+            write("foo", 16384, 5000),
+            Op::Fsync("foo".into()),
+            write("foo", 21384, 3000),
+            setxattr("foo", "user.n", 40),
+            Op::Fsync("A".into()),
+        ],
+        vec![
+            Op::Create("new".into()),
+            write("new", 0, 20000),
+            Op::Unlink("new".into()),
+            Op::Sync,
+        ],
+        vec![
+            Op::Create("new".into()),
+            write("new", 0, 8192),
+            rename("new", "foo", RenameMode::Replace),
+            Op::Fsync("".into()),
+        ],
+    ]
+}
+
+/// The write-behind workloads: each body of `write_behind_bodies` followed by nothing,
+/// fsync, fdatasync and sync of the file it wrote last, then `write_behind_forced`.
+pub fn write_behind() -> Vec<Workload> {
+    let mut out = Vec::new();
+    for body in write_behind_bodies() {
+        let last = body
+            .iter()
+            .rev()
+            .find(|step| matches!(step, Op::Write { .. }))
+            .map_or("foo", Op::primary_path)
+            .to_string();
+        let ends = [
+            None,
+            Some(Op::Fsync(last.clone())),
+            Some(Op::Fdatasync(last)),
+            Some(Op::Sync),
+        ];
+        for end in ends {
+            let mut ops = body.clone();
+            ops.extend(end);
+            out.push(workload(ops));
+        }
+    }
+    out.extend(write_behind_forced().into_iter().map(workload));
+    debug_assert!(
+        out.iter()
+            .all(|w| try_apply(&setup_model(), &w.ops).is_some())
+    );
+    out
+}
+
 /// A small deterministic generator (splitmix64) for random workloads.
 #[derive(Debug, Clone)]
 pub struct Rng(pub u64);
@@ -378,17 +521,45 @@ fn random_op(rng: &mut Rng, model: &Model) -> Op {
 
 /// A random workload of `len` valid ops drawn from `seed`.
 pub fn random(seed: u64, len: usize) -> Workload {
+    let mut built = random_from(seed, len, random_op);
+    built.name = format!("random seed {seed} len {len}");
+    built
+}
+
+/// One random op for a write-behind run: a third of the time a large write (several
+/// blocks, often past the end), an `O_DIRECT` write, a background writeback pass or a
+/// seek; otherwise one of `random_op`'s.
+fn random_write_behind_op(rng: &mut Rng, model: &Model) -> Op {
+    if rng.below(3) != 0 {
+        return random_op(rng, model);
+    }
+    let path = existing_path(rng, model);
+    match rng.below(6) {
+        0..=2 => write(&path, rng.below(96 * 1024), 1 + rng.below(40 * 1024)),
+        3 => write_direct(&path, rng.below(48 * 1024), 1 + rng.below(12 * 1024)),
+        4 => Op::Writeback,
+        _ => Op::SeekHole(path),
+    }
+}
+
+/// A random workload of `len` valid ops drawn from `seed`, for a write-behind run (more
+/// and larger writes, and the ops that write cached pages back).
+pub fn random_write_behind(seed: u64, len: usize) -> Workload {
+    let mut built = random_from(seed, len, random_write_behind_op);
+    built.name = format!("random write-behind seed {seed} len {len}");
+    built
+}
+
+fn random_from(seed: u64, len: usize, draw: fn(&mut Rng, &Model) -> Op) -> Workload {
     let mut rng = Rng(seed);
     let mut model = setup_model();
     let mut ops = Vec::with_capacity(len);
     while ops.len() < len {
-        let next = random_op(&mut rng, &model);
+        let next = draw(&mut rng, &model);
         if op::valid(&model, &next) {
             op::apply(&mut model, &next, Some(ops.len()), 0);
             ops.push(next);
         }
     }
-    let mut built = workload(ops);
-    built.name = format!("random seed {seed} len {len}");
-    built
+    workload(ops)
 }

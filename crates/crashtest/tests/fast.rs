@@ -25,6 +25,8 @@ fn fast_config() -> ExploreConfig {
         seed: 7,
         extra_points_max: Some(6),
         discard: false,
+        data_cache: 0,
+        log_sync: false,
     }
 }
 

@@ -88,6 +88,8 @@ fn explore_every_state<const N: usize>(name: &str, sequences: [Vec<Op>; N]) {
         seed: 3,
         extra_points_max: None,
         discard: false,
+        data_cache: 0,
+        log_sync: false,
     };
     let tally = suite::crash_run(&workloads, &config).unwrap();
     assert!(tally.crash_states > 0);

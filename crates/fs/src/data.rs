@@ -393,11 +393,10 @@ impl Filesystem {
     pub fn fsync(&self, inode: u64, data_only: bool) -> Result<(), FsError> {
         Self::count(&self.counters.fsyncs, 1);
         let handle = self.live_inode(inode)?;
-        if self.write_behind.is_on() && !handle.io.read().is_clean() {
-            let mut pages = handle.io.write();
-            // A failure is kept in `pages` as well as returned: report it from there, once.
-            let _ = self.write_back(&handle, &mut pages);
-            Self::take_lost_write(&mut pages)?;
+        if self.write_behind.is_on() {
+            // A failure is kept as well as returned: report it from there, once.
+            let _ = self.settle(&handle);
+            self.take_lost_write(inode)?;
         }
         let sequence = handle.data.lock().last_sequence;
         // fdatasync could skip a force for timestamp-only changes; every logged change here

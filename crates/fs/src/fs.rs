@@ -178,10 +178,13 @@ impl Filesystem {
             }
             false => None,
         };
-        let write_behind = crate::write_behind::WriteBehind::new(match options.read_only {
-            true => 0,
-            false => options.data_cache,
-        });
+        let write_behind = crate::write_behind::WriteBehind::new(
+            match options.read_only {
+                true => 0,
+                false => options.data_cache,
+            },
+            Arc::clone(&alloc),
+        );
         let fs = Self {
             write_behind,
             device,

@@ -142,6 +142,7 @@ pub(crate) fn free_orphan(fs: &Filesystem, inode: &Arc<Inode>) -> Result<(), FsE
         return Ok(());
     }
     fs.truncate_pages(inode.number, (&mut pages, &mut data), 0);
+    fs.forget_lost_write(inode.number);
     free_contents(fs, inode.number, &mut data)?;
     free_unlisted(fs, inode.number, &mut data)
 }

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use cairn_alloc::{Allocator, ReservedScope};
 use cairn_lockrank::{Mutex, Rank};
 use parking_lot::Condvar;
 
@@ -60,8 +61,6 @@ pub(crate) struct PageSet {
     over_holes: u64,
     /// Blocks this inode holds reserved: one per page over a hole, plus `META_BLOCKS`.
     reserved: u64,
-    /// Why data written back since the last `fsync` was lost, which that `fsync` reports.
-    lost: Option<LostWrite>,
 }
 
 /// A cached block. Plain heap memory, not an `AlignedBuf`: writeback copies pages into an
@@ -83,11 +82,6 @@ enum LostWrite {
 impl PageSet {
     pub(crate) fn is_empty(&self) -> bool {
         self.pages.is_empty()
-    }
-
-    /// No pages and no lost writeback to report: nothing for `fsync` to do here.
-    pub(crate) fn is_clean(&self) -> bool {
-        self.pages.is_empty() && self.lost.is_none()
     }
 
     /// Copies the pages among blocks `first..` over `buf` (whole blocks from `first` on).
@@ -160,7 +154,11 @@ pub(crate) struct WriteBehind {
     /// Dirty bytes allowed; 0 turns write-behind off.
     cap: u64,
     dirty_bytes: AtomicU64,
-    reserved_blocks: AtomicU64,
+    /// Holds the reserved blocks back from every other allocation (`hold_back`).
+    alloc: Arc<Allocator>,
+    /// Inodes whose cached data a failed writeback lost, reported by their next `fsync`;
+    /// kept here, not with the pages, so reclaiming the inode cannot lose the report.
+    lost: Mutex<HashMap<u64, LostWrite>>,
     list: Mutex<DirtyList>,
     /// Wakes the background pass when dirty bytes pass a quarter of the cap.
     wake: Arc<WritebackSignal>,
@@ -208,11 +206,12 @@ pub struct WriteBehindStats {
 }
 
 impl WriteBehind {
-    pub(crate) fn new(cap: u64) -> Self {
+    pub(crate) fn new(cap: u64, alloc: Arc<Allocator>) -> Self {
         Self {
             cap,
             dirty_bytes: AtomicU64::new(0),
-            reserved_blocks: AtomicU64::new(0),
+            alloc,
+            lost: Mutex::new(Rank::Leaf, HashMap::new()),
             list: Mutex::new(Rank::Leaf, DirtyList::default()),
             wake: Arc::new(WritebackSignal {
                 pending: Mutex::new(Rank::Leaf, false),
@@ -229,7 +228,7 @@ impl WriteBehind {
     }
 
     pub(crate) fn reserved_blocks(&self) -> u64 {
-        self.reserved_blocks.load(Ordering::Relaxed)
+        self.alloc.held_back()
     }
 
     pub(crate) fn stats(&self) -> WriteBehindStats {
@@ -237,7 +236,7 @@ impl WriteBehind {
         WriteBehindStats {
             cap_bytes: self.cap,
             dirty_bytes: load(&self.dirty_bytes),
-            reserved_blocks: load(&self.reserved_blocks),
+            reserved_blocks: self.reserved_blocks(),
             written_back_bytes: load(&self.written_back_bytes),
             throttled_writes: load(&self.throttled),
             lost_writebacks: load(&self.lost_writes),
@@ -256,7 +255,7 @@ impl WriteBehind {
     fn unreserve(&self, pages: &mut PageSet, blocks: u64) {
         let blocks = blocks.min(pages.reserved);
         pages.reserved -= blocks;
-        self.reserved_blocks.fetch_sub(blocks, Ordering::Relaxed);
+        self.alloc.release_held_back(blocks);
     }
 
     /// Drops pages `first..last` (all of them written back or lost), with their
@@ -432,9 +431,7 @@ impl Filesystem {
             return Err(FsError::NoSpace);
         }
         pages.reserved += wanted;
-        self.write_behind
-            .reserved_blocks
-            .fetch_add(wanted, Ordering::Relaxed);
+        self.write_behind.alloc.hold_back(wanted);
         Ok(())
     }
 
@@ -532,10 +529,11 @@ impl Filesystem {
                 return Ok(());
             }
             if let Err(error) = self.write_back_batch(handle, pages, &runs) {
-                pages.lost = Some(match error {
+                let lost = match error {
                     FsError::NoSpace => LostWrite::NoSpace,
                     _ => LostWrite::Io,
-                });
+                };
+                self.write_behind.lost.lock().insert(handle.number, lost);
                 self.write_behind
                     .lost_writes
                     .fetch_add(1, Ordering::Relaxed);
@@ -569,8 +567,12 @@ impl Filesystem {
         pages: &PageSet,
         runs: &[(u64, u64)],
     ) -> Result<(), FsError> {
-        for &(first, last) in runs {
-            self.allocate_run(handle, first, last)?;
+        {
+            // These allocations are what the reservations were held back for.
+            let _scope = ReservedScope::enter();
+            for &(first, last) in runs {
+                self.allocate_run(handle, first, last)?;
+            }
         }
         let block_size = u64::from(self.geometry.block_size);
         let blocks: u64 = runs.iter().map(|(first, last)| last - first).sum();
@@ -756,15 +758,24 @@ impl Filesystem {
         meta.delayed_blocks = pages.over_holes;
     }
 
-    /// What the last writeback failure of the inode lost, once (for `fsync`).
-    pub(crate) fn take_lost_write(pages: &mut PageSet) -> Result<(), FsError> {
-        match pages.lost.take() {
+    /// What the last writeback failure of inode `number` lost, once (for `fsync`); freeing
+    /// the inode forgets it (`forget_lost_write`).
+    pub(crate) fn take_lost_write(&self, number: u64) -> Result<(), FsError> {
+        let lost = self.write_behind.lost.lock().remove(&number);
+        match lost {
             None => Ok(()),
             Some(LostWrite::NoSpace) => Err(FsError::NoSpace),
             Some(LostWrite::Io) => Err(FsError::Io {
                 what: "writing cached data back",
                 source: "an earlier writeback failed; the data was lost".into(),
             }),
+        }
+    }
+
+    /// Forgets a lost writeback of an inode being freed: its number may be reused.
+    pub(crate) fn forget_lost_write(&self, number: u64) {
+        if self.write_behind.is_on() {
+            self.write_behind.lost.lock().remove(&number);
         }
     }
 
