@@ -183,29 +183,42 @@ impl Filesystem {
         let block_size = u64::from(self.geometry.block_size);
         let (first, last) = (offset / block_size, end.div_ceil(block_size));
         let plan = self.plan_write(inode, &handle.data.lock(), first, last, end)?;
-        let blocks_before = handle.data.lock().core.block_count;
-        if plan.needs_blocks {
-            self.allocate_for_write(inode, &handle, &plan, last)?;
+        match plan.needs_blocks {
+            true => self.allocate_planned(inode, &handle, &plan, last)?,
+            false => self.note_preallocation(inode, &plan, 0),
         }
         let generation = handle.data.lock().core.generation;
         let extents = self.data_cache.inode(inode, generation);
-        let mapped = handle
-            .data
-            .lock()
-            .core
-            .block_count
-            .saturating_sub(blocks_before);
-        self.note_preallocation(inode, &plan, mapped);
         self.write_blocks(&handle, &extents, offset, data)?;
         self.commit_written(&handle, (first, last), end, clear_set_id_for)?;
         Self::count(&self.counters.write_bytes, data.len() as u64);
         Ok(data.len() as u32)
     }
 
+    /// `allocate_for_write`, then records the speculative blocks it mapped.
+    pub(crate) fn allocate_planned(
+        &self,
+        inode: u64,
+        handle: &Inode,
+        plan: &WritePlan,
+        last: u64,
+    ) -> Result<(), FsError> {
+        let blocks_before = handle.data.lock().core.block_count;
+        self.allocate_for_write(inode, handle, plan, last)?;
+        let mapped = handle
+            .data
+            .lock()
+            .core
+            .block_count
+            .saturating_sub(blocks_before);
+        self.note_preallocation(inode, plan, mapped);
+        Ok(())
+    }
+
     /// Maps the holes among the blocks `plan` covers for a write ending at file block
     /// `last`: what the write needs (giving back speculative blocks if the filesystem is
     /// full), then the speculative rest, which a full filesystem may refuse.
-    pub(crate) fn allocate_for_write(
+    fn allocate_for_write(
         &self,
         inode: u64,
         handle: &Inode,

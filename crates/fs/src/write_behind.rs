@@ -7,7 +7,8 @@
 //!
 //! Owns: each inode's dirty pages (`PageSet`, kept inside the inode's I/O lock, so readers
 //! see them under the shared lock and every mapping change holds them exclusively), the
-//! counts of dirty bytes and reserved blocks, and the list of inodes with dirty pages.
+//! count of dirty bytes, the list of inodes with dirty pages and their lost writebacks; the
+//! reserved blocks it holds back in the allocator (`Allocator::hold_back`).
 //! Invariants:
 //! - a page holds its whole block as the file should read; a page over a hole holds a
 //!   reservation of one block, and an inode with any such page `META_BLOCKS` more, so the
@@ -39,8 +40,8 @@ use crate::{FsError, iobuf, perm};
 /// Blocks reserved beyond its data for each inode with pages over holes: what its extent
 /// map may grow by in a writeback (a split at every level of a deep map).
 const META_BLOCKS: u64 = 8;
-/// Free blocks never promised to cached writes: room for metadata (directories, inode
-/// chunks) that other operations allocate without a reservation.
+/// Free blocks never promised to cached writes, so operations that allocate without a
+/// reservation (directories, inode chunks) still find room once the cache is full.
 const SLACK_BLOCKS: u64 = 64;
 /// Pages dirty this long are written back by the background pass.
 const EXPIRE: Duration = Duration::from_secs(5);
@@ -102,7 +103,7 @@ impl PageSet {
     }
 
     /// The next runs of consecutive pages to write back together, in file order: at most
-    /// `BATCH_RUNS_MAX` runs and `BATCH_BLOCKS_MAX` blocks (a run longer than that alone).
+    /// `BATCH_RUNS_MAX` runs and `BATCH_BLOCKS_MAX` blocks.
     fn next_batch(&self) -> Vec<(u64, u64)> {
         let mut runs: Vec<(u64, u64)> = Vec::new();
         for (blocks, &block) in (0u64..).zip(self.pages.keys()) {
@@ -315,7 +316,8 @@ impl Filesystem {
         let handle = self.live_inode(inode)?;
         match self.accept_write(&handle, offset, data, clear_set_id_for) {
             Err(FsError::NoSpace) => {
-                self.write_back_all()?;
+                // Another file's failed writeback is that file's to report.
+                let _ = self.write_back_all();
                 self.reclaim_speculative(inode)?;
                 self.accept_write(&handle, offset, data, clear_set_id_for)
             }
@@ -426,13 +428,26 @@ impl Filesystem {
             return Ok(());
         }
         let wanted = holes + if pages.reserved == 0 { META_BLOCKS } else { 0 };
-        let promised = self.write_behind.reserved_blocks();
-        if self.free_blocks_estimate()? < promised + wanted + SLACK_BLOCKS {
-            return Err(FsError::NoSpace);
+        // Held back first, then checked: concurrent writers each see the others' share.
+        let alloc = &self.write_behind.alloc;
+        alloc.hold_back(wanted);
+        let fits = self
+            .free_blocks_estimate()
+            .map(|free| free >= alloc.held_back() + SLACK_BLOCKS);
+        match fits {
+            Ok(true) => {
+                pages.reserved += wanted;
+                Ok(())
+            }
+            Ok(false) => {
+                alloc.release_held_back(wanted);
+                Err(FsError::NoSpace)
+            }
+            Err(error) => {
+                alloc.release_held_back(wanted);
+                Err(error)
+            }
         }
-        pages.reserved += wanted;
-        self.write_behind.alloc.hold_back(wanted);
-        Ok(())
     }
 
     /// Free blocks beyond the AGs' reserves, from the allocator's per-AG counts (an AG not
@@ -613,16 +628,7 @@ impl Filesystem {
             plan.last = last;
             plan.speculative_end = None;
         }
-        let blocks_before = handle.data.lock().core.block_count;
-        self.allocate_for_write(inode, handle, &plan, last)?;
-        let mapped = handle
-            .data
-            .lock()
-            .core
-            .block_count
-            .saturating_sub(blocks_before);
-        self.note_preallocation(inode, &plan, mapped);
-        Ok(())
+        self.allocate_planned(inode, handle, &plan, last)
     }
 
     /// The device writes of `runs` (laid out one after another in the batch's buffer): byte
