@@ -219,14 +219,18 @@ impl Allocator {
         if held == 0 || request.use_reserve || IN_RESERVED_SCOPE.with(std::cell::Cell::get) > 0 {
             return None;
         }
-        let mut free = 0u64;
-        for hint in &self.free_hints {
-            match hint.load(Ordering::Relaxed) {
-                HINT_UNKNOWN => return None,
-                known => free += u64::from(known.saturating_sub(self.ag_reserve)),
-            }
-        }
-        Some(free.saturating_sub(held))
+        Some(self.free_beyond_reserves()?.saturating_sub(held))
+    }
+
+    /// Free blocks of every AG beyond its reserve, by the hints; `None` while an AG has not
+    /// been seen (`note_free_blocks` records one read elsewhere).
+    pub fn free_beyond_reserves(&self) -> Option<u64> {
+        self.free_hints
+            .iter()
+            .try_fold(0u64, |free, hint| match hint.load(Ordering::Relaxed) {
+                HINT_UNKNOWN => None,
+                known => Some(free + u64::from(known.saturating_sub(self.ag_reserve))),
+            })
     }
 
     pub fn geometry(&self) -> &Geometry {

@@ -94,22 +94,19 @@ pub fn perform(fs: &Filesystem, op: &Op) -> Result<u64, FsError> {
             offset,
             len,
             id,
-        } => {
-            let data = pattern(*id, *offset, *len as usize);
-            let written = fs.write(resolve(fs, path)?, *offset, &data)?;
-            if u64::from(written) != *len {
-                return Err(FsError::InvalidArgument("short write"));
-            }
-            Ok(0)
         }
-        Op::WriteDirect {
+        | Op::WriteDirect {
             path,
             offset,
             len,
             id,
         } => {
             let data = pattern(*id, *offset, *len as usize);
-            let written = fs.write_direct(resolve(fs, path)?, *offset, &data, None)?;
+            let inode = resolve(fs, path)?;
+            let written = match op {
+                Op::WriteDirect { .. } => fs.write_direct(inode, *offset, &data, None)?,
+                _ => fs.write(inode, *offset, &data)?,
+            };
             if u64::from(written) != *len {
                 return Err(FsError::InvalidArgument("short write"));
             }

@@ -450,23 +450,19 @@ impl Filesystem {
         }
     }
 
-    /// Free blocks beyond the AGs' reserves, from the allocator's per-AG counts (an AG not
-    /// seen yet is read once).
+    /// Free blocks beyond the AGs' reserves, as the allocator counts them when it holds
+    /// reserved blocks back (an AG it has not seen yet is read once, so it counts that too).
     fn free_blocks_estimate(&self) -> Result<u64, FsError> {
-        let mut free = 0u64;
-        for ag in 0..self.geometry.ag_count {
-            let count = match self.alloc.free_blocks_hint(ag) {
-                Some(count) => count,
-                None => {
-                    let count = self.read_agf(ag)?.free_blocks;
-                    self.alloc.note_free_blocks(ag, count);
-                    count
-                }
-            };
-            free += u64::from(count);
+        if let Some(free) = self.alloc.free_beyond_reserves() {
+            return Ok(free);
         }
-        let reserve = u64::from(self.alloc.ag_reserve()) * u64::from(self.geometry.ag_count);
-        Ok(free.saturating_sub(reserve))
+        for ag in 0..self.geometry.ag_count {
+            if self.alloc.free_blocks_hint(ag).is_none() {
+                self.alloc
+                    .note_free_blocks(ag, self.read_agf(ag)?.free_blocks);
+            }
+        }
+        Ok(self.alloc.free_beyond_reserves().unwrap_or(0))
     }
 
     /// Copies `data` (at byte `offset`) into the pages, creating those `new_blocks` names:

@@ -436,8 +436,8 @@ fn unmount_and_check(
     fsck_clean(device);
 }
 
-#[test]
-fn many_threads_mixing_every_operation_never_hang() {
+/// `stress` with the thread count, length and seed the environment sets (`CAIRN_STRESS_*`).
+fn stress_as_configured(options: MountOptions) {
     let seed = env_or(
         "CAIRN_STRESS_SEED",
         0x5eed_0000_0000_0000 ^ std::process::id() as u64,
@@ -446,24 +446,20 @@ fn many_threads_mixing_every_operation_never_hang() {
         env_or("CAIRN_STRESS_THREADS", 8),
         env_or("CAIRN_STRESS_SECS", 4),
         seed,
-        MountOptions::default(),
+        options,
     );
+}
+
+#[test]
+fn many_threads_mixing_every_operation_never_hang() {
+    stress_as_configured(MountOptions::default());
 }
 
 /// The same mix with write-behind on and a small cap (1 MiB), so writers, fsync, the
 /// background pass and every operation that writes an inode's pages back meet.
 #[test]
 fn many_threads_with_write_behind_never_hang() {
-    let seed = env_or(
-        "CAIRN_STRESS_SEED",
-        0x5eed_0000_0000_0000 ^ std::process::id() as u64,
-    );
-    stress(
-        env_or("CAIRN_STRESS_THREADS", 8),
-        env_or("CAIRN_STRESS_SECS", 4),
-        seed,
-        write_behind(1 << 20),
-    );
+    stress_as_configured(write_behind(1 << 20));
 }
 
 /// Issue 16: two forgets freeing unlinked inodes of one AGI bucket deadlocked (one held the
