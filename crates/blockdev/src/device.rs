@@ -1,4 +1,4 @@
-use crate::{AlignedBuf, DeviceError};
+use crate::{AlignedBuf, BatchWrite, DeviceError};
 
 /// A block device: a fixed-size array of bytes addressed by offset, transferred in whole
 /// sectors.
@@ -26,6 +26,16 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     /// memory directly override it.
     fn write_from(&self, offset: u64, buf: &[u8]) -> Result<(), DeviceError> {
         self.write_at(offset, &AlignedBuf::from_slice(buf))
+    }
+
+    /// Writes every `(offset, bytes)` of `writes`, which no flush separates, so the device
+    /// may run them at once and in any order. Every write is attempted and none is in
+    /// flight on return; the first failure is returned. The default writes one at a time.
+    fn write_batch(&self, writes: &[BatchWrite<'_>]) -> Result<(), DeviceError> {
+        writes
+            .iter()
+            .map(|&(offset, buf)| self.write_from(offset, buf))
+            .fold(Ok(()), Result::and)
     }
 
     /// Durability barrier: every write that completed before this call is stable after it.

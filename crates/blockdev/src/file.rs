@@ -12,11 +12,12 @@ use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::batch::{BatchTarget, RingPool};
 use crate::claim::{self, Claim, LockError};
 use crate::mem::check_geometry;
 use crate::{
-    AlignedBuf, BUFFER_ALIGN, BlockDevice, DeviceError, bounce_read, check_transfer, sys,
-    write_zero_buffers,
+    AlignedBuf, BUFFER_ALIGN, BatchWrite, BlockDevice, DeviceError, bounce_read, check_transfer,
+    sys, write_zero_buffers,
 };
 
 /// Logical sector size of an image file unless the options say otherwise.
@@ -109,6 +110,8 @@ pub struct FileDevice {
     direct: bool,
     /// Held for the registry entry's lifetime; released when the device drops.
     _claim: Claim,
+    /// The io_uring instances `write_batch` uses.
+    rings: RingPool,
 }
 
 fn open_error(path: &Path, source: io::Error) -> DeviceError {
@@ -271,6 +274,7 @@ impl FileDevice {
             read_only: options.read_only,
             direct: options.direct,
             _claim: claim,
+            rings: RingPool::default(),
         })
     }
 
@@ -304,6 +308,7 @@ impl FileDevice {
             read_only: options.read_only,
             direct: options.direct,
             _claim: claim,
+            rings: RingPool::default(),
         })
     }
 
@@ -374,6 +379,24 @@ fn transfer_all(
     Ok(())
 }
 
+impl BatchTarget for FileDevice {
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.file)
+    }
+
+    fn write_one(&self, offset: u64, buf: &[u8]) -> Result<(), DeviceError> {
+        self.write_from(offset, buf)
+    }
+
+    fn direct_ok(&self, buf: &[u8]) -> bool {
+        (buf.as_ptr() as usize).is_multiple_of(BUFFER_ALIGN)
+    }
+
+    fn may_resume_at(&self, done: usize) -> bool {
+        done.is_multiple_of(self.resume_unit())
+    }
+}
+
 /// The open descriptor, for handing the device to the kernel (a loop device over it). Never
 /// close a duplicate of it: closing any descriptor of an image drops this process's lock.
 impl std::os::fd::AsFd for FileDevice {
@@ -427,6 +450,20 @@ impl BlockDevice for FileDevice {
         transfer_all("write", offset, len, self.resume_unit(), |done, at| {
             file.write_at(&buf[done..], at)
         })
+    }
+
+    /// Through io_uring, up to 64 writes in flight (threads where io_uring is refused).
+    fn write_batch(&self, writes: &[BatchWrite<'_>]) -> Result<(), DeviceError> {
+        self.check_writable("write")?;
+        for &(offset, buf) in writes {
+            check_transfer(
+                offset,
+                buf.len() as u64,
+                self.logical_sector_size,
+                self.size_bytes(),
+            )?;
+        }
+        crate::batch::write_batch(&self.rings, self, writes)
     }
 
     /// `fdatasync` for image files (the data and the size, not the timestamps), `fsync` for

@@ -1,7 +1,8 @@
 //! Block device layer: the only place cairn touches a device or image file.
 //!
 //! Owns: the `BlockDevice` trait, the sector-aligned buffer type `AlignedBuf`, `FileDevice`
-//! (an image file or raw block device with `O_DIRECT`, opened exclusively), and `MemDevice`
+//! (an image file or raw block device with `O_DIRECT`, opened exclusively; a batch of writes
+//! goes to the kernel in one io_uring submission, `write_batch`), and `MemDevice`
 //! (an in-memory device that records writes and flushes, builds crash images from that log
 //! and injects faults).
 //! Invariants:
@@ -10,6 +11,8 @@
 //! - a write that returned before `flush` returned is durable; nothing else is promised, and
 //!   `MemDevice` crash images explore exactly that freedom (see [`crash`]);
 //! - short transfers are retried to completion or reported, never silently accepted;
+//! - `write_batch` returns only once none of its writes is in flight (even when it unwinds),
+//!   so no write outlives the memory it reads;
 //! - at most one read-write opener per image or device, across processes (locks, `O_EXCL`) and
 //!   inside this process (a registry); refusals name the holder where the system can tell.
 //!
@@ -26,6 +29,7 @@
 //! ```
 
 mod aligned;
+mod batch;
 mod claim;
 pub mod crash;
 mod device;
@@ -36,6 +40,7 @@ mod mem;
 mod sys;
 
 pub use aligned::{AlignedBuf, BUFFER_ALIGN};
+pub use batch::BatchWrite;
 pub use crash::{CrashPoint, LogOp, TornWrite, WriteExtent};
 pub use device::{BlockDevice, bounce_read, check_transfer, write_zero_buffers};
 pub use error::DeviceError;

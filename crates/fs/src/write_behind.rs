@@ -51,8 +51,6 @@ const PASS_BUDGET: Duration = Duration::from_millis(200);
 /// then its transactions).
 const BATCH_RUNS_MAX: usize = 64;
 const BATCH_BLOCKS_MAX: u64 = 4096;
-/// Device writes of a batch in flight at once.
-const WRITES_IN_FLIGHT: usize = 4;
 
 /// One inode's dirty pages, by file block.
 #[derive(Debug, Default)]
@@ -665,39 +663,14 @@ impl Filesystem {
         Ok(BatchWrites { writes, converts })
     }
 
-    /// Submits `writes` of `buf`, up to `WRITES_IN_FLIGHT` at once when there are several
-    /// (each device write waits for the device; a 4 KiB one takes about 100 us here).
+    /// Submits `writes` of `buf` as one device batch: the device runs them at once (a
+    /// 4 KiB write takes about 40 us here alone; 32 in flight finish in about 350 us).
     fn submit_writes(&self, buf: &[u8], writes: &[DeviceWrite]) -> Result<(), FsError> {
-        let device = self.device.as_ref();
-        let write = |one: &DeviceWrite| device.write_from(one.offset, &buf[one.range.clone()]);
-        if writes.len() < 2 {
-            return writes.iter().try_for_each(write).map_err(FsError::from);
-        }
-        let threads = writes.len().min(WRITES_IN_FLIGHT);
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads)
-                .map(|lane| {
-                    scope.spawn(move || {
-                        writes
-                            .iter()
-                            .skip(lane)
-                            .step_by(threads)
-                            .try_for_each(write)
-                    })
-                })
-                .collect();
-            let mut outcome = Ok(());
-            for worker in workers {
-                let result = worker
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                if outcome.is_ok() {
-                    outcome = result;
-                }
-            }
-            outcome
-        })
-        .map_err(FsError::from)
+        let batch: Vec<_> = writes
+            .iter()
+            .map(|one| (one.offset, &buf[one.range.clone()]))
+            .collect();
+        self.device.write_batch(&batch).map_err(FsError::from)
     }
 
     /// The transactions after a batch's data is on the device: runs in unwritten extents
