@@ -331,6 +331,18 @@ fn write_behind_bodies() -> Vec<Vec<Op>> {
         ],
         vec![write("foo", 1000, 3000), write_direct("foo", 8192, 4096)],
         vec![write("foo", 16384, 5000), Op::SeekHole("foo".into())],
+        // Overwrites in place: their checkpoints skip the flush before the commit record.
+        vec![
+            write("foo", 0, 4096),
+            Op::Fsync("foo".into()),
+            write("foo", 8192, 4096),
+        ],
+        vec![
+            write_direct("foo", 4096, 4096),
+            Op::Fsync("foo".into()),
+            write_direct("foo", 0, 8192),
+        ],
+        vec![write("foo", 1000, 3000), write("A/bar", 6000, 4096)],
     ]
 }
 

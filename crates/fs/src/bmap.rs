@@ -174,6 +174,11 @@ impl FileMap {
     }
 
     /// Loads the map outside any transaction (no buffer stays held afterwards).
+    /// Whether the extents differ from those stored.
+    pub fn is_changed(&self) -> bool {
+        self.list != self.original
+    }
+
     pub fn read(fs: &Filesystem, number: u64, data: &InodeData) -> Result<Self, FsError> {
         let mut ctx = CacheContext::new(&fs.cache);
         Self::load(fs, &mut ctx, number, data)

@@ -3,8 +3,10 @@
 //! write the data, then convert it to written in a second transaction.
 //!
 //! Crash argument (also in docs/fs.md): the conversion commits only after the data writes
-//! returned, and the journal flushes the device before it writes any commit record, so a
-//! checkpoint that makes the blocks readable always follows the data on stable storage.
+//! returned, and the journal flushes the device before the commit record of any checkpoint
+//! holding a transaction that orders data (all but overwrites in place,
+//! `overwrite_orders_no_data`), so a checkpoint that makes the blocks readable always
+//! follows the data on stable storage.
 //! Before that checkpoint the blocks are unwritten (or unmapped) and read as zeros, so a
 //! crash never exposes another file's old data.
 
@@ -260,6 +262,7 @@ impl Filesystem {
         let mut tx = self.begin(self.write_reservation())?;
         let mut map = FileMap::load(self, &mut tx, inode, &meta)?;
         map.mark_written(first, last);
+        let map_changed = map.is_changed();
         let stored = map.store(self, &mut tx, &mut meta);
         let now = now();
         meta.core.mtime = now;
@@ -268,6 +271,7 @@ impl Filesystem {
         if let Some(writer) = clear_set_id_for {
             perm::clear_set_id(&mut meta, writer);
         }
+        Self::overwrite_orders_no_data(&mut tx, map_changed, &meta);
         Self::log_inode(&mut tx, inode, &mut meta);
         self.commit(tx, &mut [&mut meta])?;
         stored
@@ -417,7 +421,8 @@ impl Filesystem {
         let _ = data_only;
         if sequence > self.journal.durable_sequence().0 {
             // Data writes precede the transaction that records them, and the checkpoint
-            // flushes the device before its commit record: that flush covers the data.
+            // flushes the device after its commit record (and before it, if it orders
+            // data): that flush covers the data.
             self.journal
                 .force(cairn_journal::CommitSequence(sequence))?;
         } else {

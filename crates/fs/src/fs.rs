@@ -476,6 +476,18 @@ impl Filesystem {
     /// Logs the current image of an inode in `tx`.
     pub(crate) fn log_inode(tx: &mut Tx<'_>, number: u64, data: &mut InodeData) {
         tx.tx.log_inode(InodeNumber(number), data.image());
+        data.logged_size = data.core.size;
+    }
+
+    /// After a data write into mapped blocks: lets `tx` skip the checkpoint's flush before
+    /// its commit record when the write made nothing reachable (`map_changed` false: no
+    /// block became written; and the size does not grow past the logged one), so only data
+    /// already inside the file was overwritten, and a crash may show either version of it
+    /// (see `Transaction::orders_no_data`). Call before logging the inode.
+    pub(crate) fn overwrite_orders_no_data(tx: &mut Tx<'_>, map_changed: bool, data: &InodeData) {
+        if !map_changed && data.core.size <= data.logged_size {
+            tx.tx.orders_no_data();
+        }
     }
 
     /// Commits `tx`, recording its sequence in every inode it logged, then frees what it

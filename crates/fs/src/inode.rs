@@ -31,6 +31,9 @@ pub(crate) struct InodeData {
     pub raw: Vec<u8>,
     /// Commit sequence of the last transaction that logged this inode.
     pub last_sequence: u64,
+    /// The size as last logged (`core.size` runs ahead of it while write-behind caches
+    /// writes past the end).
+    pub logged_size: u64,
     /// FUSE lookup references.
     pub lookups: u64,
     /// Open handles.
@@ -417,6 +420,7 @@ pub(crate) fn read_inode(
     Ok(Inode::new(
         number,
         InodeData {
+            logged_size: core.size,
             core,
             raw,
             last_sequence: 0,

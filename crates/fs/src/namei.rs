@@ -461,6 +461,7 @@ impl Filesystem {
         let inode = Inode::new(
             number,
             InodeData {
+                logged_size: core.size,
                 core,
                 raw,
                 last_sequence: 0,

@@ -691,6 +691,7 @@ impl Filesystem {
             for &(first, last) in chunk {
                 map.mark_written(first, last);
             }
+            Self::overwrite_orders_no_data(&mut tx, map.is_changed(), &meta);
             let stored = map.store(self, &mut tx, &mut meta);
             Self::log_inode(&mut tx, inode, &mut meta);
             self.commit(tx, &mut [&mut meta])?;

@@ -25,8 +25,9 @@
 //! what it allocated inside its transaction and leaves the inode as it was.
 //!
 //! Crash argument: a remote value is written to newly allocated blocks before the
-//! transaction that links it commits, and the journal flushes the device before it writes
-//! any commit record, so a linked value is always on stable storage.
+//! transaction that links it commits (a transaction that orders data, as all do by default),
+//! and the journal flushes the device before that checkpoint's commit record, so a linked
+//! value is always on stable storage.
 
 use cairn_blockdev::AlignedBuf;
 use cairn_btree::Buffers;

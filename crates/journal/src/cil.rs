@@ -20,6 +20,9 @@ pub(crate) struct Context {
     /// Sum of the vectors' encoded sizes.
     pub(crate) items_bytes: u64,
     pub(crate) commits: u64,
+    /// Whether a transaction in it orders earlier device writes: then the device is flushed
+    /// between its data records and its commit record.
+    pub(crate) orders_data: bool,
 }
 
 impl Context {
@@ -29,6 +32,7 @@ impl Context {
             items: BTreeMap::new(),
             items_bytes: 0,
             commits: 0,
+            orders_data: false,
         }
     }
 

@@ -694,7 +694,7 @@ impl Inner {
             true => Vec::new(),
             false => encode_context(context)?,
         };
-        let data = self.write_data(context.sequence, &items)?;
+        let data = self.write_data(context, &items)?;
         let mut writer = self.writer.lock();
         while writer.next_commit_sequence < context.sequence {
             self.check_shutdown()?;
@@ -722,14 +722,20 @@ impl Inner {
         Ok(())
     }
 
-    /// Waits for the data turn of checkpoint `sequence`, then writes its data records (none
-    /// for an empty context) and flushes them outside the writer lock, so later checkpoints
-    /// write theirs meanwhile. Returns what was written, `None` for an empty context.
+    /// Waits for the data turn of `context`, then writes its data records (none for an empty
+    /// context) and, if it orders earlier device writes, flushes the device outside the
+    /// writer lock, so later checkpoints write theirs meanwhile. Returns what was written,
+    /// `None` for an empty context.
+    ///
+    /// The log itself needs no flush here: recovery walks records from the tail while each
+    /// one is valid and names its predecessor, so a commit record that reached the disk
+    /// without its data records lies past the walk's end and is never replayed.
     fn write_data(
         &self,
-        sequence: u64,
+        context: &Context,
         items: &[Vec<u8>],
     ) -> Result<Option<Written>, JournalError> {
+        let sequence = context.sequence;
         let mut writer = self.writer.lock();
         while writer.next_data_sequence < sequence
             || sequence >= writer.next_commit_sequence + CHECKPOINTS_IN_FLIGHT_MAX
@@ -754,8 +760,10 @@ impl Inner {
         drop(writer);
         self.writer_turn.notify_all();
         let mut written = result?;
-        if let Some(written) = written.as_mut() {
-            // Every data record must be durable before a commit record can claim them.
+        if let Some(written) = written.as_mut()
+            && context.orders_data
+        {
+            // The data a transaction made reachable must be durable before its commit record.
             crate::writer::flush(self.device.as_ref(), written)?;
         }
         Ok(written)

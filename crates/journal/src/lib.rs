@@ -8,9 +8,12 @@
 //! Invariants:
 //! - write-ahead: a buffer is pinned from its first commit into a context until that
 //!   context's commit record is durable, and the buffer cache never writes a pinned buffer;
-//! - commit records reach the log in checkpoint sequence order, each after a flush of the
-//!   records it commits, and is itself flushed before the checkpoint counts as durable; at
-//!   most `CHECKPOINTS_IN_FLIGHT_MAX` checkpoints are written at once;
+//! - commit records reach the log in checkpoint sequence order, each after the records it
+//!   commits (after a flush of them and of every earlier device write, unless no transaction
+//!   of the checkpoint orders earlier writes: `Transaction::orders_no_data`), and is itself
+//!   flushed before the checkpoint counts as durable; recovery replays a checkpoint only if
+//!   every record before its commit record is intact; at most `CHECKPOINTS_IN_FLIGHT_MAX`
+//!   checkpoints are written at once;
 //! - the tail never passes an AIL item whose home copy is not clean on stable storage, and the
 //!   head never overwrites the log past the tail recorded in the newest durable record;
 //! - reserved plus promised bytes never exceed the free log space, so a transaction that

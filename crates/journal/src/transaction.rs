@@ -36,6 +36,9 @@ pub struct Transaction<'j> {
     inodes: Vec<(InodeNumber, Vec<u8>)>,
     intents: Vec<(IntentId, Vec<FreeExtent>)>,
     dones: Vec<IntentId>,
+    /// Whether device writes that completed before the commit must be durable before its
+    /// checkpoint's commit record (see `orders_no_data`).
+    orders_data: bool,
     finished: bool,
 }
 
@@ -48,6 +51,7 @@ impl<'j> Transaction<'j> {
             inodes: Vec::new(),
             intents: Vec::new(),
             dones: Vec::new(),
+            orders_data: true,
             finished: false,
         }
     }
@@ -245,6 +249,17 @@ impl<'j> Transaction<'j> {
         self.dones.push(intent);
     }
 
+    /// Declares that this transaction makes no device write before it reachable: no block
+    /// becomes written or mapped, no size grows (an overwrite in place, which logs only the
+    /// inode's times). A checkpoint holding only such transactions writes its commit record
+    /// without flushing the device first; its one flush after the commit record still makes
+    /// everything before it durable. By default a transaction orders earlier writes: its
+    /// checkpoint flushes before its commit record, so a crash never shows a mapping or size
+    /// over data that did not reach the disk.
+    pub fn orders_no_data(&mut self) {
+        self.orders_data = false;
+    }
+
     fn is_dirty(&self) -> bool {
         let buffers = self.joined.iter().any(|j| {
             !j.guard.dirty_ranges().is_empty()
@@ -355,6 +370,7 @@ impl<'j> Transaction<'j> {
             cil.insert_done(id);
         }
         cil.current.commits += 1;
+        cil.current.orders_data |= self.orders_data;
         let after = cil.current.charge(block);
         let result = (
             cil.sequence(),

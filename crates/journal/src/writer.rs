@@ -1,8 +1,10 @@
 //! The log writer: positions on the circular log, and checkpoints written as block-aligned
-//! records. Data records are flushed before the commit record is written, and the commit
-//! record is flushed before the checkpoint counts: two flushes per checkpoint, not one per
-//! log write. The journal issues the flushes outside the writer lock, so a later checkpoint's
-//! data records may reach the log between an earlier one's data and its commit record.
+//! records. The commit record is flushed before the checkpoint counts, and the device is
+//! flushed between the data records and the commit record too unless no transaction of the
+//! checkpoint orders earlier device writes: one or two flushes per checkpoint, never one per
+//! log write. The journal issues the flushes outside the writer lock, so a later
+//! checkpoint's data records may reach the log between an earlier one's data and its commit
+//! record.
 
 use cairn_blockdev::{AlignedBuf, BlockDevice};
 use cairn_format::log::{

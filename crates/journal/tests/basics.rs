@@ -434,3 +434,35 @@ fn dirty_cancel_shuts_down() {
     let too_big = Reservation::new(1 << 40);
     assert!(journal.begin(too_big).is_err());
 }
+
+// A force of a checkpoint whose transactions all order no data flushes the device once
+// (after the commit record); one ordering transaction in the checkpoint brings back the
+// flush before the commit record. Either way the force makes the change durable.
+#[test]
+fn checkpoints_ordering_no_data_flush_once() {
+    let (device, sb) = make_fs(64 << 20, None);
+    let (journal, _) = open(&device, &sb, quiet(LogMode::Delayed));
+    let mut tx = journal.begin(reservation(&sb, 2)).unwrap();
+    create_block(&mut tx, &sb, 0, 1);
+    create_block(&mut tx, &sb, 1, 1);
+    journal.force(tx.commit().unwrap()).unwrap();
+    let mut flushes = Vec::new();
+    for ordering in [[false, false], [true, false], [false, true], [true, true]] {
+        let before = device.flush_count();
+        let mut sequence = None;
+        for (index, orders) in ordering.into_iter().enumerate() {
+            let mut tx = journal.begin(reservation(&sb, 1)).unwrap();
+            let guard = tx.get_buf(test_block(&sb, index as u64), &spec()).unwrap();
+            guard.write(200, &[7; 8]).unwrap();
+            if !orders {
+                tx.orders_no_data();
+            }
+            sequence = Some(tx.commit().unwrap());
+        }
+        journal.force(sequence.unwrap()).unwrap();
+        assert!(journal.durable_sequence() >= sequence.unwrap());
+        flushes.push(device.flush_count() - before);
+    }
+    assert_eq!(flushes, [1, 2, 2, 2]);
+    journal.unmount().unwrap();
+}
