@@ -12,7 +12,7 @@
 //! number of tree blocks gained or lost, for the inode's block count.
 
 use cairn_alloc::Request;
-use cairn_btree::{BmapCodec, Btree, Buffers, TreeContext, TreeError, TreeSpec};
+use cairn_btree::{BmapCodec, Btree, Buffers, Lookup, TreeContext, TreeError, TreeSpec};
 use cairn_format::inode::{BmapRoot, ForkFormat};
 use cairn_format::{AgNumber, Extent, FsBlock, InodeNumber};
 
@@ -142,6 +142,47 @@ pub(crate) fn records<'c, X: Buffers<'c>>(
     Ok(list)
 }
 
+/// The records of the tree that a change to file blocks `first..last` can touch, read
+/// through `ctx`: from the record before the last one starting at or before `first` (an
+/// allocation's goal and a merge look one extent left) to the first one starting at or
+/// after `last` (a merge looks one right). Also whether the tree's first record is among
+/// them. A few leaves instead of all of them: a fragmented file's map is not read whole for
+/// every write.
+pub(crate) fn records_around<'c, X: Buffers<'c>>(
+    fs: &Filesystem,
+    number: u64,
+    data: &InodeData,
+    ctx: &mut X,
+    (first, last): (u64, u64),
+) -> Result<(Vec<Extent>, bool), FsError> {
+    let tree = open(fs, number, data)?;
+    let key = cairn_format::BmapKey { file_block: first };
+    let found = match tree.lookup(ctx, &key, Lookup::Le)? {
+        Some(cursor) => Some(cursor),
+        None => tree.first(ctx)?,
+    };
+    let Some(mut cursor) = found else {
+        return Ok((Vec::new(), true));
+    };
+    tree.prev(ctx, &mut cursor)?;
+    let from_start = !tree.prev(ctx, &mut cursor.clone())?;
+    let mut list = vec![tree.record(ctx, &cursor)?];
+    while list.last().is_some_and(|e| e.file_block < last) && tree.next(ctx, &mut cursor)? {
+        list.push(tree.record(ctx, &cursor)?);
+    }
+    Ok((list, from_start))
+}
+
+/// The first mapped file block, from the fork root's key.
+pub(crate) fn first_block(number: u64, data: &InodeData) -> Result<u64, FsError> {
+    let root = BmapRoot::decode(data.data_fork())
+        .map_err(|e| FsError::corrupt("extent tree root", number, e.to_string()))?;
+    root.keys
+        .first()
+        .copied()
+        .ok_or_else(|| FsError::corrupt("extent tree root", number, "no key".to_string()))
+}
+
 /// Writes the fork root for `tree` (first mapped block `first`) and the record count.
 fn write_root(
     data: &mut InodeData,
@@ -181,13 +222,15 @@ pub(crate) fn create(
 /// Turns the tree holding `old` into the tree holding `new`: inserts new records first (the
 /// only changes that may need a block; an insert that finds none takes back the ones before
 /// it, so a failed apply leaves the tree as it was), then rewrites records whose key stayed
-/// but whose extent changed, then deletes records that went.
+/// but whose extent changed, then deletes records that went. `old` and `new` may be a window
+/// of the map (the same file range before and after); the root then gets the map's first
+/// block `first` and its record count `count`.
 pub(crate) fn apply(
     ctx: &mut BmapCtx<'_, '_>,
     number: u64,
     data: &mut InodeData,
-    old: &[Extent],
-    new: &[Extent],
+    (old, new): (&[Extent], &[Extent]),
+    (first, count): (u64, usize),
 ) -> Result<(), FsError> {
     let mut tree = open(ctx.fs, number, data)?;
     let (deleted, updated, inserted) = diff(old, new);
@@ -208,8 +251,7 @@ pub(crate) fn apply(
     for extent in &deleted {
         tree.delete(ctx, &key(extent))?;
     }
-    let first = new.first().map_or(0, |e| e.file_block);
-    write_root(data, &tree, first, new.len())
+    write_root(data, &tree, first, count)
 }
 
 /// Empties the tree holding `old` and frees all of its blocks; the caller then stores the

@@ -260,7 +260,7 @@ impl Filesystem {
         let inode = handle.number;
         let mut meta = handle.data.lock();
         let mut tx = self.begin(self.write_reservation())?;
-        let mut map = FileMap::load(self, &mut tx, inode, &meta)?;
+        let mut map = FileMap::load_around(self, &mut tx, inode, &meta, &[(first, last)])?;
         map.mark_written(first, last);
         let map_changed = map.is_changed();
         let stored = map.store(self, &mut tx, &mut meta);
@@ -312,7 +312,7 @@ impl Filesystem {
         while block < last {
             let mut meta = lock.lock();
             let mut tx = self.begin(self.write_reservation())?;
-            let mut map = FileMap::load(self, &mut tx, inode, &meta)?;
+            let mut map = FileMap::load_around(self, &mut tx, inode, &meta, &[(block, last)])?;
             let step = map.map_range(self, &mut tx, &mut meta, block, last, placement);
             let stored = map.store(self, &mut tx, &mut meta);
             Self::log_inode(&mut tx, inode, &mut meta);

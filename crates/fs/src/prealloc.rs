@@ -135,7 +135,7 @@ impl Filesystem {
             plan.placement.alignment = hint as u32;
             plan.placement.min_len = hint as u32;
         }
-        let map = FileMap::read(self, inode, meta)?;
+        let map = FileMap::read_around(self, inode, meta, (first, last))?;
         let needs_blocks = has_hole(&map, first, last);
         plan.needs_blocks = needs_blocks;
         let extending = end > meta.core.size;

@@ -687,7 +687,7 @@ impl Filesystem {
         for chunk in chunks {
             let mut meta = handle.data.lock();
             let mut tx = self.begin(self.write_reservation())?;
-            let mut map = FileMap::load(self, &mut tx, inode, &meta)?;
+            let mut map = FileMap::load_around(self, &mut tx, inode, &meta, chunk)?;
             for &(first, last) in chunk {
                 map.mark_written(first, last);
             }
