@@ -485,6 +485,7 @@ fn fuse_config(request: &MountRequest) -> Config {
         SessionACL::Owner
     };
     config.n_threads = Some(settings.worker_threads);
+    config.request_spin = settings.request_spin;
     config.clone_fd = settings.clone_fd;
     config
 }

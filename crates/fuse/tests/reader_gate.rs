@@ -82,3 +82,35 @@ fn requests_behind_a_long_one_are_read_by_a_parked_thread() {
     assert!(follower.join().unwrap());
     assert_eq!(gate.readers(), 1);
 }
+
+// The reader's spin before a blocking read: it finds a queued request at once, gives up
+// when none comes, and adapts between zero and its most as the kernel's halt polling does
+// (doubling after a read that waited less than the most, halving after a longer one).
+#[test]
+fn the_reader_spin_adapts_to_how_soon_requests_come() {
+    let (device, mut writer) = pipe();
+    let most = Duration::from_micros(50);
+    let gate = ReaderGate::with_spin(most);
+    assert_eq!(gate.spin(), most);
+    assert!(!gate.spin_for_request(device.as_fd()));
+    writer.write_all(b"request").unwrap();
+    assert!(gate.spin_for_request(device.as_fd()));
+
+    // Requests long after each read: the spin halves down to nothing.
+    for _ in 0..20 {
+        gate.read_waited(Duration::from_millis(5));
+    }
+    assert_eq!(gate.spin(), Duration::ZERO);
+    // Requests soon after: it grows back, never past the most.
+    gate.read_waited(Duration::from_micros(3));
+    assert!(gate.spin() > Duration::ZERO);
+    for _ in 0..20 {
+        gate.read_waited(Duration::from_micros(1));
+    }
+    assert_eq!(gate.spin(), most);
+
+    // A gate without a spin never spins.
+    let quiet = ReaderGate::new();
+    quiet.read_waited(Duration::from_micros(1));
+    assert_eq!(quiet.spin(), Duration::ZERO);
+}

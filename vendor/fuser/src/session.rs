@@ -291,7 +291,7 @@ impl<FS: Filesystem> Session<FS> {
 
         let mut threads = Vec::with_capacity(n_threads);
         // cairn patch: which threads read (src/reader_gate.rs).
-        let gate = Arc::new(ReaderGate::new());
+        let gate = Arc::new(ReaderGate::with_spin(config.request_spin));
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -601,9 +601,15 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             if !self.gate.wait_turn(self.ch.as_fd()) {
                 return Ok(());
             }
+            // cairn patch: spin briefly before a read that would sleep (src/reader_gate.rs).
+            let caught = self.gate.spin_for_request(self.ch.as_fd());
+            let reading = std::time::Instant::now();
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             let received = self.ch.receive_retrying(buf);
+            if !caught {
+                self.gate.read_waited(reading.elapsed());
+            }
             self.gate.received(self.ch.as_fd());
             match received {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {

@@ -18,6 +18,9 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// cairn patch: the longest a reading thread spins for its next request before it
+    /// blocks in `read` (zero: it never spins); see `ReaderGate`.
+    pub request_spin: std::time::Duration,
 }
 
 /// Mount options accepted by the FUSE filesystem type
