@@ -25,8 +25,9 @@
 //! a copy, and `store` applies only the difference to the tree. A map loaded around ranges
 //! must be changed only inside them (a full load reads every leaf, which made each write to
 //! a file of 30,000 extents cost milliseconds: 4 KiB random writes into a preallocated
-//! 256 MiB file ran at 1,371 IOPS, 46,190 with maps loaded around the writes). Keep the number of extents
-//! changed per transaction small (the reservations assume `EXTENTS_PER_STEP`).
+//! 256 MiB file ran at 1,371 IOPS, 46,190 with maps loaded around the writes). Keep the
+//! number of extents changed per transaction small (the reservations assume
+//! `EXTENTS_PER_STEP`).
 //! The free functions on `&[Extent]` below (`extents`, `store`, `allocate`, ...) are the
 //! older inline-only interface, kept for callers not yet moved to `FileMap`.
 
