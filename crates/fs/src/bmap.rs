@@ -181,14 +181,19 @@ impl FileMap {
             _ => Vec::new(),
         };
         check_list(number, &list)?;
-        Ok(Self {
+        Ok(Self::loaded(number, list, None))
+    }
+
+    /// A map of `list` as loaded, nothing changed yet.
+    fn loaded(number: u64, list: Vec<Extent>, window: Option<Window>) -> Self {
+        Self {
             number,
             original: list.clone(),
             list,
             floor: 0,
             allocated: Vec::new(),
-            window: None,
-        })
+            window,
+        }
     }
 
     /// Loads only what changes to file blocks `ranges` (each `first..last`) can touch: the
@@ -221,17 +226,11 @@ impl FileMap {
             let detail = format!("the inode counts {total} extents, the tree holds more");
             FsError::corrupt("extent tree", number, detail)
         })?;
-        Ok(Self {
-            number,
-            original: list.clone(),
-            list,
-            floor: 0,
-            allocated: Vec::new(),
-            window: Some(Window {
-                outside,
-                from_start,
-            }),
-        })
+        let window = Window {
+            outside,
+            from_start,
+        };
+        Ok(Self::loaded(number, list, Some(window)))
     }
 
     /// `load_around` outside a transaction (readers that need one range).

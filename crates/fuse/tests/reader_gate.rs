@@ -92,6 +92,8 @@ fn the_reader_spin_adapts_to_how_soon_requests_come() {
     let most = Duration::from_micros(50);
     let gate = ReaderGate::with_spin(most);
     assert_eq!(gate.spin(), most);
+    // This thread is the lone reader: it spins, and finds nothing.
+    assert!(gate.wait_turn(device.as_fd()));
     assert!(!gate.spin_for_request(device.as_fd()));
     writer.write_all(b"request").unwrap();
     assert!(gate.spin_for_request(device.as_fd()));

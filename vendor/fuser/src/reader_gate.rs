@@ -75,9 +75,14 @@ impl ReaderGate {
 
     /// Before the reader's blocking `read`: looks, without waiting, for a queued request for
     /// the current spin. Returns when the read would take one at once (`true`), or at the
-    /// end of the spin (`false`: time the read with `read_waited`).
+    /// end of the spin (`false`: time the read with `read_waited`). Only a lone reader
+    /// spins: several readers mean requests are queueing, and spinning threads would take
+    /// the cores from the clients and the threads serving them.
     pub fn spin_for_request(&self, device: BorrowedFd<'_>) -> bool {
-        let spin = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
+        let spin = match self.state.lock().readers {
+            1 => Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed)),
+            _ => Duration::ZERO,
+        };
         let started = Instant::now();
         loop {
             if requests_waiting(device) {
