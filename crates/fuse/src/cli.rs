@@ -193,10 +193,26 @@ fn grow(path: &Path, size: Option<u64>) -> Result<(), String> {
 /// (old blocks, new blocks, old AGs, new AGs, block size) of a grow.
 type Grown = (u64, u64, u32, u32, u64);
 
+/// Tries of a grow the daemon refuses because a deleted file is open, and the pause
+/// between them: the kernel tells the daemon that a file was closed (`RELEASE`, then
+/// `FORGET`) asynchronously, so a file closed just before the grow may still count.
+const GROW_BUSY_TRIES: u32 = 20;
+const GROW_BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Grows the filesystem mounted on `mountpoint` through the daemon.
 fn grow_mounted(mountpoint: &Path, size: Option<u64>) -> Result<Grown, String> {
     let name = format!("{GROW_XATTR_PREFIX}{}", size.unwrap_or(0));
-    let text = read_root_xattr(mountpoint, &name).map_err(|error| match error.raw_os_error() {
+    let mut outcome = read_root_xattr(mountpoint, &name);
+    for _ in 1..GROW_BUSY_TRIES {
+        match &outcome {
+            Err(error) if error.raw_os_error() == Some(libc::EBUSY) => {
+                std::thread::sleep(GROW_BUSY_PAUSE);
+                outcome = read_root_xattr(mountpoint, &name);
+            }
+            _ => break,
+        }
+    }
+    let text = outcome.map_err(|error| match error.raw_os_error() {
         Some(libc::ENODATA | libc::EOPNOTSUPP) => {
             format!("{} is not the root of a cairn mount", mountpoint.display())
         }
