@@ -38,6 +38,18 @@ struct Written {
     len: u64,
 }
 
+impl Written {
+    /// A file just created, nothing written yet.
+    fn empty(name: String, inode: u64, id: u64) -> Self {
+        Self {
+            name,
+            inode,
+            id,
+            len: 0,
+        }
+    }
+}
+
 /// Fills files until space runs out; with write-behind (`data_cache`) then fsyncs each of
 /// them, so every byte acknowledged is on the device (or the fsync reports it lost).
 fn writer(
@@ -83,12 +95,7 @@ fn fill_files(
         };
         fs.forget(attr.inode, 1);
         let id = (writer_index << 20) | file_index as u64;
-        let mut file = Written {
-            name,
-            inode: attr.inode,
-            id,
-            len: 0,
-        };
+        let mut file = Written::empty(name, attr.inode, id);
         while file.len < file_bytes {
             let data = pattern(id, file.len, FILL_WRITE_BYTES as usize);
             match fs.write(file.inode, file.len, &data) {
@@ -330,12 +337,7 @@ fn cache_until_reserved(
             .map_err(|error| format!("create {name}: {error}"))?;
         fs.forget(attr.inode, 1);
         let id = (1 << 30) | file_index as u64;
-        let mut file = Written {
-            name,
-            inode: attr.inode,
-            id,
-            len: 0,
-        };
+        let mut file = Written::empty(name, attr.inode, id);
         while file.len < file_bytes {
             if unreserved()? < UNRESERVED_BLOCKS_MIN {
                 files.push(file);

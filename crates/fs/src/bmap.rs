@@ -153,11 +153,11 @@ pub(crate) struct FileMap {
     floor: u32,
     /// Extents `allocate` took since the last `store`: freed again if the store fails.
     allocated: Vec<Extent>,
-    /// For a map loaded around a range (`load_around`): what the list leaves out.
+    /// For a map loaded around ranges (`load_around`): what the list leaves out.
     window: Option<Window>,
 }
 
-/// A `FileMap` holding only the extents around one range of a tree-format fork.
+/// A `FileMap` holding only the extents around some ranges of a tree-format fork.
 #[derive(Debug, Clone, Copy)]
 struct Window {
     /// Records of the tree outside the window.
@@ -271,12 +271,12 @@ impl FileMap {
         Ok(())
     }
 
-    /// Loads the map outside any transaction (no buffer stays held afterwards).
     /// Whether the extents differ from those stored.
     pub fn is_changed(&self) -> bool {
         self.list != self.original
     }
 
+    /// Loads the map outside any transaction (no buffer stays held afterwards).
     pub fn read(fs: &Filesystem, number: u64, data: &InodeData) -> Result<Self, FsError> {
         let mut ctx = CacheContext::new(&fs.cache);
         Self::load(fs, &mut ctx, number, data)
