@@ -41,7 +41,7 @@ enum Wait {
 }
 
 /// Result of the write-locked slow path.
-enum Found<'c> {
+pub(crate) enum Found<'c> {
     Cached(Arc<Buffer>),
     Inserted(BufGuard<'c>),
 }
@@ -224,7 +224,7 @@ impl BufferCache {
 
     /// Checks `key` and returns its AG index and AG-relative block.
     #[inline]
-    fn locate(&self, key: BufKey) -> Result<(usize, u32), BufCacheError> {
+    pub(crate) fn locate(&self, key: BufKey) -> Result<(usize, u32), BufCacheError> {
         let bad = |why| BufCacheError::BadAddress {
             block: key.block,
             block_count: key.block_count,
@@ -298,7 +298,7 @@ impl BufferCache {
     /// Under the write lock: drops stale buffers at `key.block`, refuses a live buffer of
     /// another length there, and returns the cached buffer or inserts a new one, locked.
     #[track_caller]
-    fn find_or_insert(
+    pub(crate) fn find_or_insert(
         &self,
         shard: &AgShard,
         ag: usize,

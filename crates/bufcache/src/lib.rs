@@ -3,6 +3,7 @@
 //! A buffer is identified by its start block and length in blocks (`BufKey`). `get` returns it
 //! held and locked (`BufGuard`), reading and verifying it on a miss; `get_new` creates it
 //! zeroed without reading; `try_get` fails with `WouldBlock` instead of waiting for the lock.
+//! `read_ahead` caches the missing blocks of a range with one device read (an inode chunk).
 //! Each AG has its own index (an ordered map behind a `RwLock`) and, in front of it, each
 //! thread has a small direct-mapped lookaside array per AG (thread-local: found without a lock
 //! or a shared read-modify-write). Guards record dirty byte ranges
@@ -43,6 +44,7 @@ mod lookaside;
 mod models;
 mod ops;
 mod ranges;
+mod readahead;
 mod reclaim;
 mod shard;
 mod state;

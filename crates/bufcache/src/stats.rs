@@ -34,9 +34,10 @@ pub(crate) enum Counter {
     Reclaims,
     StaleLookups,
     LockBusy,
+    ReadAheads,
 }
 
-const COUNTER_COUNT: usize = 12;
+const COUNTER_COUNT: usize = 13;
 
 /// A point-in-time copy of the counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -73,6 +74,9 @@ pub struct StatsSnapshot {
     pub stale_lookups: u64,
     /// `try_get` calls and write-back attempts that found a buffer locked.
     pub lock_busy: u64,
+    /// Device reads made by `read_ahead`, each for several blocks (the buffers they cached
+    /// are counted in `reads`).
+    pub read_aheads: u64,
 }
 
 impl StatsSnapshot {
@@ -219,11 +223,12 @@ impl Stats {
             reclaims: self.sum(Counter::Reclaims),
             stale_lookups: self.sum(Counter::StaleLookups),
             lock_busy: self.sum(Counter::LockBusy),
+            read_aheads: self.sum(Counter::ReadAheads),
         }
     }
 }
 
-const _: () = assert!(Counter::LockBusy as usize + 1 == COUNTER_COUNT);
+const _: () = assert!(Counter::ReadAheads as usize + 1 == COUNTER_COUNT);
 const _: () = assert!(OWNED_STRIPES.is_power_of_two());
 
 #[cfg(test)]

@@ -379,3 +379,65 @@ fn held_buffers_are_never_reclaimed() {
     assert_eq!(cache.memory_bytes(), 0);
     cache.check_invariants().unwrap();
 }
+
+// Checks that read-ahead caches a range's missing blocks with one device read, leaves a cached
+// block (and its unwritten change) alone, and serves the later lookups without reading.
+#[test]
+fn read_ahead_caches_missing_blocks_with_one_read() {
+    let device = formatted_device();
+    let cache = cache_on(&device, config());
+    let mut changed = cache.get(BufKey::single(10), &spec()).unwrap();
+    changed.write(HEADER_SIZE, &[0xAB; 4]).unwrap();
+    drop(changed);
+    assert_eq!(cache.read_ahead(BufKey::new(FsBlock(8), 8), &spec()), 7);
+    assert_eq!(device.stats().reads, 2);
+    for block in 8..16 {
+        let guard = cache.get(BufKey::single(block), &spec()).unwrap();
+        let want = if block == 10 {
+            0xAB
+        } else {
+            pattern(block, HEADER_SIZE)
+        };
+        assert_eq!(guard[HEADER_SIZE], want, "block {block}");
+    }
+    assert_eq!(device.stats().reads, 2, "the lookups were hits");
+    let stats = cache.stats();
+    assert_eq!((stats.reads, stats.read_aheads, stats.misses), (8, 1, 1));
+    // All cached now: nothing to read.
+    assert_eq!(cache.read_ahead(BufKey::new(FsBlock(8), 8), &spec()), 0);
+    assert_eq!(device.stats().reads, 2);
+    cache.check_invariants().unwrap();
+}
+
+// Checks that read-ahead is best effort: a block that fails its verifier is left out, a failed
+// read or a range crossing an AG caches nothing, and the lookup then reports the error itself.
+#[test]
+fn read_ahead_leaves_out_what_it_cannot_verify() {
+    let device = formatted_device();
+    let cache = cache_on(&device, config());
+    let mut wrong = cairn_blockdev::AlignedBuf::zeroed(BLOCK_SIZE as usize);
+    device
+        .read_at(20 * u64::from(BLOCK_SIZE), &mut wrong)
+        .unwrap();
+    wrong[HEADER_SIZE] ^= 1; // the CRC no longer matches
+    device.write_at(20 * u64::from(BLOCK_SIZE), &wrong).unwrap();
+    assert_eq!(cache.read_ahead(BufKey::new(FsBlock(18), 4), &spec()), 3);
+    assert!(matches!(
+        cache.get(BufKey::single(20), &spec()),
+        Err(BufCacheError::Verify {
+            block: FsBlock(20),
+            ..
+        })
+    ));
+    device.fail_reads_in(30 * 512..31 * 512);
+    assert_eq!(cache.read_ahead(BufKey::new(FsBlock(28), 4), &spec()), 0);
+    assert_eq!(cache.read_ahead(BufKey::new(FsBlock(62), 4), &spec()), 0);
+    assert!(!cache.is_cached(BufKey::single(29)));
+    assert!(!cache.is_cached(BufKey::single(62)));
+    device.clear_faults();
+    assert_eq!(
+        cache.get(BufKey::single(30), &spec()).unwrap()[100],
+        pattern(30, 100)
+    );
+    cache.check_invariants().unwrap();
+}

@@ -1,5 +1,6 @@
 //! Model-based test: random interleavings of several actors' get / create / modify / release /
-//! stale / pin / delwri / flush / reclaim steps, run on the cache and on a plain map model.
+//! stale / pin / delwri / flush / reclaim / read-ahead steps, run on the cache and on a plain
+//! map model.
 //! Every lookup must return the model's contents (so never stale or another block's data).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -74,6 +75,10 @@ enum Op {
     },
     Flush,
     Reclaim,
+    ReadAhead {
+        block: usize,
+        count: u32,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -92,6 +97,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..4usize).prop_map(|handle| Op::Unpin { handle }),
         1 => Just(Op::Flush),
         1 => Just(Op::Reclaim),
+        2 => (0..BLOCKS.len(), 1..4u32).prop_map(|(block, count)| Op::ReadAhead { block, count }),
     ]
 }
 
@@ -145,6 +151,22 @@ impl<'c> World<'c> {
         live
     }
 
+    /// A new clean entry for `key` with the disk's contents, in the index model.
+    fn cache_from_disk(&mut self, key: BufKey) -> usize {
+        self.entries.push(Entry {
+            key,
+            data: self.disk[byte_range(key)].to_vec(),
+            dirty: false,
+            stale: false,
+            dead: false,
+            pins: 0,
+            queued: false,
+            holder: None,
+        });
+        self.cached.insert(key, self.entries.len() - 1);
+        self.entries.len() - 1
+    }
+
     fn lookup(&mut self, actor: usize, key: BufKey, create: bool) {
         let spec = ReadSpec::new(&RAW, UUID);
         let live = self.live_at(key);
@@ -185,20 +207,7 @@ impl<'c> World<'c> {
         assert_eq!(guard.key(), key, "lookup returned another buffer");
         let id = match live {
             Some(id) => id,
-            None => {
-                self.entries.push(Entry {
-                    key,
-                    data: self.disk[byte_range(key)].to_vec(),
-                    dirty: false,
-                    stale: false,
-                    dead: false,
-                    pins: 0,
-                    queued: false,
-                    holder: None,
-                });
-                self.cached.insert(key, self.entries.len() - 1);
-                self.entries.len() - 1
-            }
+            None => self.cache_from_disk(key),
         };
         let entry = &mut self.entries[id];
         if create {
@@ -285,7 +294,30 @@ impl<'c> World<'c> {
             }
             Op::Flush => self.flush(),
             Op::Reclaim => self.reclaim(),
+            Op::ReadAhead { block, count } => self.read_ahead(BLOCKS[block], count),
         }
+    }
+
+    /// Read-ahead caches, from the disk, each block of a range inside one AG at which no live
+    /// buffer starts (a held or longer one included), as a lookup of it would.
+    fn read_ahead(&mut self, first: u64, count: u32) {
+        let spec = ReadSpec::new(&RAW, UUID);
+        let cached = self
+            .cache
+            .read_ahead(BufKey::new(FsBlock(first), count), &spec);
+        let last = first + u64::from(count) - 1;
+        let in_one_ag = first / u64::from(AG_BLOCKS) == last / u64::from(AG_BLOCKS)
+            && last < u64::from(AG_BLOCKS * AG_COUNT);
+        let mut expected = 0;
+        for block in (first..=last).filter(|_| in_one_ag) {
+            let key = BufKey::single(block);
+            if self.live_at(key).is_some() {
+                continue;
+            }
+            self.cache_from_disk(key);
+            expected += 1;
+        }
+        assert_eq!(cached, expected, "blocks read ahead at {first}+{count}");
     }
 
     fn flush(&mut self) {

@@ -281,6 +281,16 @@ pub(crate) fn inode_home(geometry: &Geometry, number: u64) -> Option<(BufKey, us
     Some((BufKey::single(block.0), offset))
 }
 
+/// The blocks of the inode chunk that holds `home` (chunks are aligned to their length):
+/// read whole on a miss, since a cold inode's neighbours (a directory's other entries, as
+/// `readdirplus` and `find` list them) are usually wanted next.
+fn inode_chunk(geometry: &Geometry, home: BufKey) -> BufKey {
+    let blocks = geometry.chunk_blocks().max(1);
+    let ag_block = geometry.ag_block_of(home.block).0;
+    let first = home.block.0 - u64::from(ag_block % blocks);
+    BufKey::new(FsBlock(first), blocks)
+}
+
 impl InodeCache {
     pub fn new() -> Self {
         Self {
@@ -402,6 +412,9 @@ pub(crate) fn read_inode(
     number: u64,
 ) -> Result<Inode, FsError> {
     let (key, offset) = inode_home(geometry, number).ok_or(FsError::NotFound)?;
+    if !cache.is_cached(key) {
+        cache.read_ahead(inode_chunk(geometry, key), spec);
+    }
     let guard = cache.get(key, spec)?;
     let size = geometry.inode_size as usize;
     let raw = guard
