@@ -17,7 +17,6 @@ impl CairnFs {
             | InitFlags::FUSE_MAX_PAGES
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_ATOMIC_O_TRUNC
             | InitFlags::FUSE_ASYNC_DIO
             | InitFlags::FUSE_CACHE_SYMLINKS
