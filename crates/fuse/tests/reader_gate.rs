@@ -45,7 +45,7 @@ fn reader_with_a_parked_thread() -> (Arc<OwnedFd>, File, Arc<ReaderGate>, JoinHa
     assert!(gate.wait_turn(device.as_fd()));
     let follower = spawn_waiter(&gate, &device);
     eventually(|| gate.parked() == 1);
-    gate.received(device.as_fd());
+    gate.received(device.as_fd(), &[]);
     (device, writer, gate, follower)
 }
 
@@ -60,7 +60,7 @@ fn a_parked_thread_is_called_only_when_requests_queue() {
     assert_eq!(gate.parked(), 1);
     // Requests queue behind the one it takes: the parked thread is called.
     writer.write_all(b"x").unwrap();
-    gate.received(device.as_fd());
+    gate.received(device.as_fd(), &[]);
     assert!(follower.join().unwrap());
     assert_eq!(gate.readers(), 1);
     let parked = spawn_waiter(&gate, &device);
@@ -115,4 +115,47 @@ fn the_reader_spin_adapts_to_how_soon_requests_come() {
     let quiet = ReaderGate::new();
     quiet.read_waited(Duration::from_micros(1));
     assert_eq!(quiet.spin(), Duration::ZERO);
+}
+
+/// A raw request of `opcode` (a `fuse_in_header` of 40 bytes), with `body` after it.
+#[allow(clippy::host_endian_bytes)] // the kernel's FUSE structures are in host byte order
+fn request(opcode: u32, body: &[u8]) -> Vec<u8> {
+    let mut raw = vec![0u8; 40];
+    raw[0..4].copy_from_slice(&(40 + body.len() as u32).to_ne_bytes());
+    raw[4..8].copy_from_slice(&opcode.to_ne_bytes());
+    raw.extend_from_slice(body);
+    raw
+}
+
+// A reader holding a short request (a lookup, an unlink, a forget...) takes what queued behind
+// it itself instead of calling a parked thread; one holding a longer one (a write, a
+// truncating setattr) calls it.
+#[test]
+fn a_short_request_in_hand_calls_no_parked_thread() {
+    const LOOKUP: u32 = 1;
+    const SETATTR: u32 = 4;
+    const WRITE: u32 = 16;
+    #[allow(clippy::host_endian_bytes)] // fuse_setattr_in's `valid`, in host byte order
+    let setattr = |valid: u32| request(SETATTR, &valid.to_ne_bytes());
+    let (device, mut writer, gate, follower) = reader_with_a_parked_thread();
+    writer.write_all(b"x").unwrap();
+    // This thread holds the request it got with the parked thread still parked.
+    assert!(gate.wait_turn(device.as_fd()));
+    for short in [request(LOOKUP, b"name\0"), setattr(1 << 4)] {
+        gate.received(device.as_fd(), &short);
+        assert_eq!(gate.parked(), 1, "called for a short request");
+        assert!(gate.wait_turn(device.as_fd()));
+    }
+    gate.received(device.as_fd(), &setattr(1 << 3)); // FATTR_SIZE: a truncation
+    assert!(follower.join().unwrap());
+    assert!(fuser::is_short_request(&request(LOOKUP, &[])));
+    assert!(!fuser::is_short_request(&request(WRITE, &[0; 40])));
+    assert!(
+        !fuser::is_short_request(&request(SETATTR, &[])),
+        "no body: not known short"
+    );
+    assert!(
+        !fuser::is_short_request(&[1, 0]),
+        "a torn header is not short"
+    );
 }

@@ -98,7 +98,7 @@ mod open_flags;
 mod passthrough;
 mod poll_events;
 mod reader_gate;
-pub use reader_gate::ReaderGate;
+pub use reader_gate::{ReaderGate, is_short_request};
 mod read_buf;
 mod rename_flags;
 mod reply;

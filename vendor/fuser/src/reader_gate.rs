@@ -8,7 +8,9 @@
 //!
 //! So one thread reads while requests come one at a time, and more read only when requests
 //! queue up: a thread that takes a request while no other thread is reading looks (`poll`,
-//! no wait) for more queued requests, and calls a parked thread if there are. A thread that
+//! no wait) for more queued requests, and calls a parked thread if there are, unless the
+//! request it took is a short one (`is_short_request`: lookups, unlinks, forgets...), which
+//! it answers sooner than a parked thread could wake. A thread that
 //! finishes its request reads again if nobody is reading, else parks. A parked thread also
 //! looks every `FOLLOWER_CHECK` whether requests wait while nobody reads (every reader busy
 //! with a long request), so no request waits longer than that for a free thread.
@@ -150,12 +152,16 @@ impl ReaderGate {
         read
     }
 
-    /// After this thread's `read` returned: if no other thread is reading and requests are
-    /// queued, calls a parked thread to read them.
-    pub fn received(&self, device: BorrowedFd<'_>) {
+    /// After this thread's `read` returned with `request` (empty when the read failed): if no
+    /// other thread is reading and requests are queued, calls a parked thread to read them,
+    /// unless the request in hand is a short one (`is_short_request`): then this thread
+    /// takes the queued ones itself in a few microseconds, where waking a parked thread on
+    /// an idle core costs tens, and the woken thread would compete with the clients for the
+    /// cores.
+    pub fn received(&self, device: BorrowedFd<'_>, request: &[u8]) {
         let mut state = self.state.lock();
         state.readers -= 1;
-        if state.readers > 0 || state.parked == state.calls {
+        if state.readers > 0 || state.parked == state.calls || is_short_request(request) {
             return;
         }
         drop(state);
@@ -184,6 +190,46 @@ impl ReaderGate {
     pub fn close(&self) {
         self.state.lock().closed = true;
         self.turn.notify_all();
+    }
+}
+
+/// Whether `request` (a raw request: `fuse_in_header` first) is one a daemon usually answers
+/// in microseconds: name and attribute lookups, attribute changes but a size, opens and
+/// releases, xattr reads, unlinks and forgets. One that runs long all the same (a forget that
+/// frees a big file) delays the requests queued behind it by at most `FOLLOWER_CHECK`, when a
+/// parked thread looks. Reads, writes, syncs, truncations, creations, renames and directory
+/// listings are not short.
+pub fn is_short_request(request: &[u8]) -> bool {
+    const SETATTR: u32 = 4;
+    const SHORT: [u32; 17] = [
+        1,  // LOOKUP
+        2,  // FORGET
+        3,  // GETATTR
+        5,  // READLINK
+        10, // UNLINK
+        11, // RMDIR
+        14, // OPEN
+        17, // STATFS
+        18, // RELEASE
+        22, // GETXATTR
+        23, // LISTXATTR
+        25, // FLUSH
+        27, // OPENDIR
+        29, // RELEASEDIR
+        34, // ACCESS
+        36, // INTERRUPT
+        42, // BATCH_FORGET
+    ];
+    // fuse_in_header: len, opcode (u32 each), ...; 40 bytes. fuse_setattr_in: valid first.
+    const FATTR_SIZE: u32 = 1 << 3;
+    let word = |at: usize| {
+        let bytes = request.get(at..at + 4)?;
+        Some(u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    };
+    match word(4) {
+        Some(SETATTR) => word(40).is_some_and(|valid| valid & FATTR_SIZE == 0),
+        Some(opcode) => SHORT.contains(&opcode),
+        None => false,
     }
 }
 

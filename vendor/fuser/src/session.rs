@@ -610,7 +610,8 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             if !caught {
                 self.gate.read_waited(reading.elapsed());
             }
-            self.gate.received(self.ch.as_fd());
+            let request = received.as_ref().map_or(&[][..], |&size| &buf[..size]);
+            self.gate.received(self.ch.as_fd(), request);
             match received {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
                     // Dispatch request
