@@ -7,7 +7,7 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -21,6 +21,14 @@ fn pipe() -> (Arc<OwnedFd>, File) {
     // SAFETY: fresh descriptors from pipe(2), owned by nothing else.
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
     (Arc::new(read), write)
+}
+
+/// Reads the byte standing for a queued request, as the called thread's `read` would.
+fn take_request(device: &OwnedFd) {
+    let mut byte = 0u8;
+    // SAFETY: reads one byte into a local from a descriptor this test owns.
+    let read = unsafe { libc::read(device.as_raw_fd(), (&raw mut byte).cast(), 1) };
+    assert_eq!(read, 1);
 }
 
 /// Waits (polling, a bounded while) until `done` holds.
@@ -63,6 +71,7 @@ fn a_parked_thread_is_called_only_when_requests_queue() {
     gate.received(device.as_fd(), &[]);
     assert!(follower.join().unwrap());
     assert_eq!(gate.readers(), 1);
+    take_request(&device);
     let parked = spawn_waiter(&gate, &device);
     eventually(|| gate.parked() == 1);
     gate.close();
@@ -158,4 +167,20 @@ fn a_short_request_in_hand_calls_no_parked_thread() {
         !fuser::is_short_request(&[1, 0]),
         "a torn header is not short"
     );
+}
+
+// A thread done with its request while another reads parks when nothing is queued, and reads
+// too when requests are: under a steady backlog no thread parks only to be called back.
+#[test]
+fn a_thread_done_while_requests_queue_reads_too() {
+    let (device, mut writer) = pipe();
+    let gate = Arc::new(ReaderGate::new());
+    assert!(gate.wait_turn(device.as_fd()));
+    let parked = spawn_waiter(&gate, &device);
+    eventually(|| gate.parked() == 1);
+    writer.write_all(b"x").unwrap();
+    assert!(gate.wait_turn(device.as_fd()), "joins the reader");
+    assert_eq!((gate.readers(), gate.parked()), (2, 1));
+    gate.close();
+    assert!(!parked.join().unwrap());
 }

@@ -10,8 +10,9 @@
 //! queue up: a thread that takes a request while no other thread is reading looks (`poll`,
 //! no wait) for more queued requests, and calls a parked thread if there are, unless the
 //! request it took is a short one (`is_short_request`: lookups, unlinks, forgets...), which
-//! it answers sooner than a parked thread could wake. A thread that
-//! finishes its request reads again if nobody is reading, else parks. A parked thread also
+//! it answers sooner than a parked thread could wake. A thread that finishes its request
+//! reads again if nobody is reading or requests are queued (so under a steady backlog the
+//! threads stay at work instead of parking to be called back), else parks. A parked thread also
 //! looks every `FOLLOWER_CHECK` whether requests wait while nobody reads (every reader busy
 //! with a long request), so no request waits longer than that for a free thread.
 //!
@@ -127,6 +128,15 @@ impl ReaderGate {
     pub fn wait_turn(&self, device: BorrowedFd<'_>) -> bool {
         let mut state = self.state.lock();
         if state.readers == 0 && !state.closed {
+            state.readers += 1;
+            return true;
+        }
+        // Another thread reads, but requests are queued already: read them too. Under a
+        // steady backlog the threads then stay at work instead of parking and being called.
+        drop(state);
+        let queued = requests_waiting(device);
+        let mut state = self.state.lock();
+        if (queued || state.readers == 0) && !state.closed {
             state.readers += 1;
             return true;
         }
