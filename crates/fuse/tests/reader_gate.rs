@@ -143,6 +143,7 @@ fn request(opcode: u32, body: &[u8]) -> Vec<u8> {
 fn a_short_request_in_hand_calls_no_parked_thread() {
     const LOOKUP: u32 = 1;
     const SETATTR: u32 = 4;
+    const OPEN: u32 = 14;
     const WRITE: u32 = 16;
     #[allow(clippy::host_endian_bytes)] // fuse_setattr_in's `valid`, in host byte order
     let setattr = |valid: u32| request(SETATTR, &valid.to_ne_bytes());
@@ -167,6 +168,13 @@ fn a_short_request_in_hand_calls_no_parked_thread() {
         !fuser::is_short_request(&[1, 0]),
         "a torn header is not short"
     );
+    // fuse_open_in's flags: an open that truncates may free a big file.
+    #[allow(clippy::host_endian_bytes)] // fuse_open_in's `flags`, in host byte order
+    let open = |flags: i32| request(OPEN, &[flags.to_ne_bytes(), [0; 4]].concat());
+    assert!(fuser::is_short_request(&open(libc::O_RDWR)));
+    assert!(!fuser::is_short_request(&open(
+        libc::O_RDWR | libc::O_TRUNC
+    )));
 }
 
 // A thread done with its request while another reads parks when nothing is queued, and reads

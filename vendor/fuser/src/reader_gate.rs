@@ -204,21 +204,21 @@ impl ReaderGate {
 }
 
 /// Whether `request` (a raw request: `fuse_in_header` first) is one a daemon usually answers
-/// in microseconds: name and attribute lookups, attribute changes but a size, opens and
-/// releases, xattr reads, unlinks and forgets. One that runs long all the same (a forget that
-/// frees a big file) delays the requests queued behind it by at most `FOLLOWER_CHECK`, when a
-/// parked thread looks. Reads, writes, syncs, truncations, creations, renames and directory
-/// listings are not short.
+/// in microseconds: name and attribute lookups, attribute changes but a size, opens but
+/// truncating ones, releases, xattr reads, unlinks and forgets. One that runs long all the
+/// same (a forget or release that frees a big file) delays the requests queued behind it by
+/// at most `FOLLOWER_CHECK`, when a parked thread looks. Reads, writes, syncs, truncations,
+/// creations, renames and directory listings are not short.
 pub fn is_short_request(request: &[u8]) -> bool {
     const SETATTR: u32 = 4;
-    const SHORT: [u32; 17] = [
+    const OPEN: u32 = 14;
+    const SHORT: [u32; 16] = [
         1,  // LOOKUP
         2,  // FORGET
         3,  // GETATTR
         5,  // READLINK
         10, // UNLINK
         11, // RMDIR
-        14, // OPEN
         17, // STATFS
         18, // RELEASE
         22, // GETXATTR
@@ -230,14 +230,17 @@ pub fn is_short_request(request: &[u8]) -> bool {
         36, // INTERRUPT
         42, // BATCH_FORGET
     ];
-    // fuse_in_header: len, opcode (u32 each), ...; 40 bytes. fuse_setattr_in: valid first.
+    // fuse_in_header: len, opcode (u32 each), ...; 40 bytes. Then fuse_setattr_in's
+    // `valid`, or fuse_open_in's `flags`, come first.
     const FATTR_SIZE: u32 = 1 << 3;
+    const O_TRUNC: u32 = 0o1000;
     let word = |at: usize| {
         let bytes = request.get(at..at + 4)?;
         Some(u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
     };
     match word(4) {
         Some(SETATTR) => word(40).is_some_and(|valid| valid & FATTR_SIZE == 0),
+        Some(OPEN) => word(40).is_some_and(|flags| flags & O_TRUNC == 0),
         Some(opcode) => SHORT.contains(&opcode),
         None => false,
     }
