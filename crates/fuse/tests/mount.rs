@@ -6,7 +6,7 @@ mod common;
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::os::unix::fs::{DirEntryExt, MetadataExt, PermissionsExt, symlink};
 
 use common::{Mount, Scratch, fsck, run};
 
@@ -322,4 +322,72 @@ fn large_transfers_round_trip() {
         "O_DIRECT read differs: {direct}"
     );
     mount.unmount();
+}
+
+/// `inodes_cached` from `cairn stats` of the mount.
+fn inodes_cached(mount: &Mount) -> u64 {
+    let output = run(
+        common::cairn_bin().to_str().unwrap(),
+        &["stats", mount.mountpoint.to_str().unwrap()],
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("inodes_cached:"));
+    line.and_then(|l| l.split(':').nth(1)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no inodes_cached in:\n{text}"))
+}
+
+// A listing carries attributes for a small directory's entries (so stat-ing them needs no
+// lookups) but not past the first reply of a big one: a plain listing of a big directory
+// loads few inodes. Either way every name comes back with its inode number and type.
+#[test]
+fn listings_load_inodes_only_for_small_directories() {
+    let scratch = Scratch::new();
+    let image = scratch.format("256M");
+    let mnt = scratch.mountpoint();
+    let mount = Mount::new(&image, &mnt, "");
+    fs::create_dir_all(mount.path("small")).unwrap();
+    fs::create_dir_all(mount.path("big")).unwrap();
+    let long = "a-name-long-enough-to-fill-the-directory-fast";
+    for i in 0..200 {
+        fs::write(mount.path(&format!("small/f{i}")), b"").unwrap();
+    }
+    for i in 0..3_000 {
+        fs::write(mount.path(&format!("big/{long}-{i}")), b"").unwrap();
+    }
+    symlink("f0", mount.path("small/link")).unwrap();
+    mount.unmount();
+    let mount = Mount::new(&image, &mnt, "");
+    let before = inodes_cached(&mount);
+    let big: Vec<_> = fs::read_dir(mount.path("big"))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(big.len(), 3_000);
+    let loaded = inodes_cached(&mount) - before;
+    assert!(
+        loaded < 200,
+        "a plain listing of 3,000 entries loaded {loaded} inodes"
+    );
+    for entry in &big {
+        let meta = fs::symlink_metadata(entry.path()).unwrap();
+        assert_eq!(entry.ino(), meta.ino());
+        assert!(entry.file_type().unwrap().is_file());
+    }
+    let before = inodes_cached(&mount);
+    let small: Vec<_> = fs::read_dir(mount.path("small"))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(small.len(), 201);
+    assert!(
+        inodes_cached(&mount) - before >= 200,
+        "a small listing carried no attributes"
+    );
+    let link = small.iter().find(|e| e.file_name() == "link").unwrap();
+    assert!(link.file_type().unwrap().is_symlink());
+    drop((big, small)); // entries keep their directory open
+    mount.unmount();
+    assert_eq!(fsck(&image), 0);
 }

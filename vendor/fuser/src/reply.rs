@@ -796,6 +796,25 @@ impl ReplyDirectoryPlus {
         ))
     }
 
+    /// cairn patch: adds an entry without attributes (node id 0): the kernel lists it but
+    /// links no inode and takes no lookup reference, as for a plain `READDIR` entry.
+    /// Returns true if the buffer is full.
+    #[must_use]
+    pub fn add_without_attributes<T: AsRef<OsStr>>(
+        &mut self,
+        ino: INodeNo,
+        offset: u64,
+        kind: FileType,
+        name: T,
+    ) -> bool {
+        self.buf.push(&DirEntryPlus::without_attributes(
+            ino,
+            DirEntOffset(offset),
+            name.as_ref(),
+            kind,
+        ))
+    }
+
     /// Reply to a request with the filled directory buffer
     pub fn ok(self) {
         let response: ll::ResponseData = self.buf.into();

@@ -472,9 +472,49 @@ pub(crate) struct DirEntryPlus<T: AsRef<Path>> {
     entry_valid: Duration,
     attr: Attr,
     attr_valid: Duration,
+    /// cairn patch: the entry's node id: the inode's, or 0 for an entry sent without
+    /// attributes (the kernel then links nothing and takes no lookup reference).
+    nodeid: u64,
 }
 
 impl<T: AsRef<Path>> DirEntryPlus<T> {
+    /// cairn patch: an entry with its name, inode number and type only (node id 0).
+    pub(crate) fn without_attributes(
+        ino: INodeNo,
+        offset: DirEntOffset,
+        name: T,
+        kind: crate::FileType,
+    ) -> Self {
+        let epoch = std::time::UNIX_EPOCH;
+        let attr = crate::FileAttr {
+            ino,
+            size: 0,
+            blocks: 0,
+            atime: epoch,
+            mtime: epoch,
+            ctime: epoch,
+            crtime: epoch,
+            kind,
+            perm: 0,
+            nlink: 0,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 0,
+            flags: 0,
+        };
+        Self {
+            ino,
+            generation: Generation(0),
+            offset,
+            name,
+            entry_valid: Duration::ZERO,
+            attr: Attr::from(attr),
+            attr_valid: Duration::ZERO,
+            nodeid: 0,
+        }
+    }
+
     pub(crate) fn new(
         ino: INodeNo,
         generation: Generation,
@@ -484,6 +524,7 @@ impl<T: AsRef<Path>> DirEntryPlus<T> {
         attr: Attr,
         attr_valid: Duration,
     ) -> Self {
+        let nodeid = attr.attr.ino;
         Self {
             ino,
             generation,
@@ -492,6 +533,7 @@ impl<T: AsRef<Path>> DirEntryPlus<T> {
             entry_valid,
             attr,
             attr_valid,
+            nodeid,
         }
     }
 }
@@ -518,7 +560,7 @@ impl DirEntPlusList {
         let name = x.name.as_ref().as_os_str().as_bytes();
         let header = abi::fuse_direntplus {
             entry_out: abi::fuse_entry_out {
-                nodeid: x.attr.attr.ino,
+                nodeid: x.nodeid,
                 generation: x.generation.into(),
                 entry_valid: x.entry_valid.as_secs(),
                 attr_valid: x.attr_valid.as_secs(),
