@@ -1,6 +1,7 @@
 //! The worker threads' reading rule (vendor/fuser/src/reader_gate.rs, a cairn patch): one
 //! thread reads while requests come one at a time; a parked thread is called when requests
-//! queue, takes over requests nobody reads, and leaves when the session closes. A pipe
+//! queue behind one that is not short, takes over requests nobody reads, and leaves when the
+//! session closes; a thread done while requests queue reads too. A pipe
 //! stands in for `/dev/fuse` (both are ready for `poll` when a read would not wait).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
