@@ -45,13 +45,74 @@ pub const OP_COUNT: usize = OP_NAMES.len();
 
 /// One request type's counters, on a cache line of its own so threads serving different
 /// request types do not contend.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 #[repr(align(64))]
 struct OpSlot {
     count: AtomicU64,
     errors: AtomicU64,
     total_ns: AtomicU64,
     max_ns: AtomicU64,
+    /// Time spent in requests that took longer than `SLOW_NS`: whether a type's mean is
+    /// its typical cost or a few stalls.
+    slow_ns: AtomicU64,
+    /// Requests by latency (`latency_bucket`), for the percentiles.
+    buckets: [AtomicU64; BUCKETS],
+}
+
+impl Default for OpSlot {
+    fn default() -> Self {
+        Self {
+            count: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            total_ns: AtomicU64::new(0),
+            max_ns: AtomicU64::new(0),
+            slow_ns: AtomicU64::new(0),
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl OpSlot {
+    /// Counts one request that took `elapsed_ns`.
+    fn record(&self, elapsed_ns: u64) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.total_ns.fetch_add(elapsed_ns, Ordering::Relaxed);
+        self.max_ns.fetch_max(elapsed_ns, Ordering::Relaxed);
+        self.buckets[latency_bucket(elapsed_ns)].fetch_add(1, Ordering::Relaxed);
+        if elapsed_ns > SLOW_NS {
+            self.slow_ns.fetch_add(elapsed_ns, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A request slower than this counts as slow (`OpSnapshot::slow_ns`).
+const SLOW_NS: u64 = 1_000_000;
+/// Latency buckets: four per power of two of microseconds (so a percentile read from them is
+/// within 19% of the true value), from under 1 us up to about 2^31 us (36 minutes).
+const SUB_BUCKETS: usize = 4;
+const BUCKETS: usize = 32 * SUB_BUCKETS;
+
+/// The bucket of a latency: below 1 us bucket 0; else 4 * log2(us) plus which quarter of
+/// that power of two it lies in, plus one.
+fn latency_bucket(ns: u64) -> usize {
+    let us = ns / 1000;
+    if us == 0 {
+        return 0;
+    }
+    let power = 63 - us.leading_zeros() as usize;
+    // The two bits below the leading one pick the quarter (shifted in for small values).
+    let quarter = ((us << 2) >> power) as usize & (SUB_BUCKETS - 1);
+    (1 + power * SUB_BUCKETS + quarter).min(BUCKETS - 1)
+}
+
+/// The upper bound, in microseconds, of the latencies in `bucket`.
+fn bucket_upper_us(bucket: usize) -> f64 {
+    if bucket == 0 {
+        return 1.0;
+    }
+    let power = (bucket - 1) / SUB_BUCKETS;
+    let quarter = (bucket - 1) % SUB_BUCKETS;
+    (1u64 << power) as f64 * (1.0 + (quarter + 1) as f64 / SUB_BUCKETS as f64)
 }
 
 /// Requests tracked in flight at once: one slot per serving thread (each serves one request
@@ -207,6 +268,29 @@ pub struct OpSnapshot {
     pub errors: u64,
     pub total_ns: u64,
     pub max_ns: u64,
+    /// Time spent in requests slower than 1 ms.
+    pub slow_ns: u64,
+    buckets: [u64; BUCKETS],
+}
+
+impl OpSnapshot {
+    /// The latency, in microseconds, that `fraction` of the requests did not exceed (the
+    /// upper bound of its bucket: at most 25% over); 0 with no requests.
+    pub fn percentile_us(&self, fraction: f64) -> f64 {
+        let total: u64 = self.buckets.iter().sum();
+        if total == 0 {
+            return 0.0;
+        }
+        let wanted = ((total as f64 * fraction).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (bucket, &count) in self.buckets.iter().enumerate() {
+            seen += count;
+            if seen >= wanted {
+                return bucket_upper_us(bucket).min(self.max_ns as f64 / 1000.0);
+            }
+        }
+        self.max_ns as f64 / 1000.0
+    }
 }
 
 /// Measures one request from creation to drop, and shows it in flight meanwhile.
@@ -220,9 +304,7 @@ pub struct Timer<'a> {
 impl Drop for Timer<'_> {
     fn drop(&mut self) {
         let elapsed_ns = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.slot.count.fetch_add(1, Ordering::Relaxed);
-        self.slot.total_ns.fetch_add(elapsed_ns, Ordering::Relaxed);
-        self.slot.max_ns.fetch_max(elapsed_ns, Ordering::Relaxed);
+        self.slot.record(elapsed_ns);
         if let Some(flight) = self.flight {
             flight.end();
         }
@@ -290,6 +372,8 @@ impl RequestStats {
                 errors: load(&slot.errors),
                 total_ns: load(&slot.total_ns),
                 max_ns: load(&slot.max_ns),
+                slow_ns: load(&slot.slow_ns),
+                buckets: std::array::from_fn(|bucket| load(&slot.buckets[bucket])),
             })
             .collect()
     }
@@ -344,19 +428,22 @@ pub fn render(fs: &FsStats, requests: &RequestStats) -> String {
     let _ = writeln!(out, "[fuse requests]");
     let _ = writeln!(
         out,
-        "  {:<16} {:>12} {:>8} {:>12} {:>12}",
-        "request", "count", "errors", "avg_us", "max_us"
+        "  {:<16} {:>12} {:>8} {:>12} {:>10} {:>10} {:>12} {:>10}",
+        "request", "count", "errors", "avg_us", "p50_us", "p99_us", "max_us", "slow_ms"
     );
     for op in requests.snapshot().iter().filter(|op| op.count > 0) {
         let avg_us = op.total_ns as f64 / op.count as f64 / 1000.0;
         let _ = writeln!(
             out,
-            "  {:<16} {:>12} {:>8} {:>12.1} {:>12.1}",
+            "  {:<16} {:>12} {:>8} {:>12.1} {:>10.0} {:>10.0} {:>12.1} {:>10.1}",
             op.name,
             op.count,
             op.errors,
             avg_us,
-            op.max_ns as f64 / 1000.0
+            op.percentile_us(0.5),
+            op.percentile_us(0.99),
+            op.max_ns as f64 / 1000.0,
+            op.slow_ns as f64 / 1e6
         );
     }
     out
@@ -396,6 +483,45 @@ mod tests {
         assert_eq!(write.errors, 1);
         assert!(lookup.max_ns <= lookup.total_ns);
         assert_eq!(OP_NAMES.len(), Op::CopyFileRange as usize + 1);
+    }
+
+    // A latency's bucket has an upper bound at or above it and at most 25% over it, and
+    // buckets grow with the latency.
+    #[test]
+    fn latency_buckets_bound_their_latencies() {
+        let mut last = 0;
+        for us in (1..5000).chain([65_536, 1 << 20, 1 << 30]) {
+            let bucket = latency_bucket(us * 1000);
+            let upper = bucket_upper_us(bucket);
+            assert!(
+                upper > us as f64,
+                "{us} us in bucket {bucket} up to {upper}"
+            );
+            assert!(
+                upper <= us as f64 * 1.25 + 1.0,
+                "{us} us in bucket {bucket}"
+            );
+            assert!(bucket >= last, "{us} us");
+            last = bucket;
+        }
+        assert_eq!(latency_bucket(999), 0);
+        assert_eq!(latency_bucket(u64::MAX), BUCKETS - 1);
+    }
+
+    // Percentiles and slow time follow the requests recorded: 99 fast ones and one slow.
+    #[test]
+    fn percentiles_and_slow_time() {
+        let stats = RequestStats::default();
+        let slot = &stats.slots[Op::Create as usize];
+        for _ in 0..99 {
+            slot.record(10_000);
+        }
+        slot.record(50_000_000);
+        let snapshot = stats.snapshot()[Op::Create as usize];
+        assert!((10.0..=12.5).contains(&snapshot.percentile_us(0.5)));
+        assert!((10.0..=12.5).contains(&snapshot.percentile_us(0.99)));
+        assert_eq!(snapshot.percentile_us(1.0), 50_000.0);
+        assert_eq!(snapshot.slow_ns, 50_000_000);
     }
 
     // Every subsystem's counters are in the text, each under its own header.
