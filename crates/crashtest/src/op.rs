@@ -64,7 +64,7 @@ pub enum Op {
         len: u64,
         id: u64,
     },
-    /// One pass of the daemon's writeback thread (`Filesystem::write_back_background`):
+    /// One writeback pass of the daemon's background thread (`Filesystem::write_back_background`):
     /// writes back the oldest files while the cache is over a quarter of its cap (or their
     /// pages are old). No effect on the model and no promise. The only op whose effect
     /// depends on time: pages older than the pass's expiry (seconds) go too, and a pass

@@ -179,7 +179,7 @@ pub fn run(device: &Arc<MemDevice>, setup: &[Op], ops: &[Op]) -> Result<Trace, C
 /// `run`, on a mount set up as `options` asks. With online discard, after each op the
 /// runner waits for the discards the durable frees allow, so they land between steps (the
 /// discard thread may still issue some inside a step, which crash points then cover too).
-/// With write-behind, nothing runs between steps (no writeback thread): cached data stays
+/// With write-behind, nothing runs between steps (no background thread): cached data stays
 /// in memory until an op writes it back, so crash points see it missing.
 pub fn run_with(
     device: &Arc<MemDevice>,

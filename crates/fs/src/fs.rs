@@ -114,6 +114,8 @@ pub struct Filesystem {
     pub(crate) preallocs: crate::prealloc::Preallocs,
     pub(crate) data_cache: crate::extents::DataCache,
     pub(crate) write_behind: crate::write_behind::WriteBehind,
+    /// What the daemon's background thread waits on (`background.rs`).
+    pub(crate) background: Arc<crate::background::BackgroundSignal>,
 }
 
 /// Reads and checks the primary superblock of `device`.
@@ -178,15 +180,18 @@ impl Filesystem {
             }
             false => None,
         };
+        let background = Arc::new(crate::background::BackgroundSignal::new());
         let write_behind = crate::write_behind::WriteBehind::new(
             match options.read_only {
                 true => 0,
                 false => options.data_cache,
             },
             Arc::clone(&alloc),
+            Arc::clone(&background),
         );
         let fs = Self {
             write_behind,
+            background,
             device,
             geometry,
             uuid,
@@ -515,7 +520,7 @@ impl Filesystem {
             .inodes
             .get(&self.cache, &self.cluster_spec, &self.geometry, number)?;
         if self.inodes.reclaim_due() {
-            self.reclaim_inodes();
+            self.reclaim_claimed();
         }
         Ok(inode)
     }
@@ -533,11 +538,28 @@ impl Filesystem {
     /// log home first, so most idle inodes qualify. Runs only when `InodeCache::reclaim_due`
     /// says so, and looks only at the candidates.
     pub(crate) fn reclaim_inodes(&self) {
-        let candidates = self.inodes.take_candidates();
+        // Referenced candidates leave the set first, without I/O (they come back through
+        // `note_idle` when their last reference goes): under FUSE most cached inodes are
+        // the kernel's, and a pass that finds none idle must not force the log and push
+        // the AIL for nothing.
+        let mut candidates = self.inodes.take_candidates();
+        candidates.retain(|&number| {
+            let mut idle = false;
+            self.inodes
+                .judge(number, |inode| match inode.data.try_lock() {
+                    None => Verdict::Retry,
+                    Some(data) if data.lookups > 0 || data.opens > 0 => Verdict::Referenced,
+                    Some(_) => {
+                        idle = true;
+                        Verdict::Retry
+                    }
+                });
+            idle
+        });
+        if candidates.is_empty() {
+            return;
+        }
         if self.journal.force_all().is_err() || self.journal.push_ail().is_err() {
-            for number in candidates {
-                self.inodes.note_idle(number);
-            }
             return;
         }
         for number in candidates {
@@ -616,6 +638,7 @@ impl Filesystem {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
 
     use cairn_blockdev::BlockDevice;
 
@@ -646,6 +669,49 @@ mod tests {
         assert!(fs.ag_may_hold_chunk(0));
     }
 
+    // With a background thread attached, the accesses that find reclaim passes due hand them
+    // over: nothing is judged until the thread's pass, which then drops the idle inodes; once
+    // the thread detaches, accesses run the passes themselves again.
+    #[test]
+    fn an_attached_background_thread_runs_the_reclaim_passes() {
+        const TARGET: usize = 64;
+        let fs = mount();
+        fs.inodes.set_target(TARGET);
+        let signal = fs.attach_background();
+        let who = Credentials::root();
+        let create_idle = |name: String| {
+            let attr = fs
+                .create(
+                    fs.root(),
+                    name.as_bytes(),
+                    FileKind::Regular,
+                    0o644,
+                    0,
+                    &who,
+                )
+                .unwrap();
+            fs.forget(attr.inode, 1);
+        };
+        for i in 0..(4 * TARGET) {
+            create_idle(format!("f{i}"));
+        }
+        let handed_over = fs.stats().fs;
+        assert_eq!(handed_over.inode_reclaim_passes, 0, "{handed_over:?}");
+        assert_eq!(handed_over.inodes_reclaimed, 0, "{handed_over:?}");
+        signal.wait(Duration::from_secs(10)); // woken at once: a pass is pending
+        fs.background_pass();
+        let after = fs.stats().fs;
+        assert_eq!(after.inode_reclaim_passes, 1, "{after:?}");
+        assert!(after.inodes_reclaimed >= TARGET as u64, "{after:?}");
+        fs.detach_background();
+        for i in 0..(4 * TARGET) {
+            create_idle(format!("g{i}"));
+        }
+        let inline = fs.stats().fs;
+        assert!(inline.inode_reclaim_passes > 1, "{inline:?}");
+        fs.unmount().unwrap();
+    }
+
     // Every created inode keeps its lookup reference (as under FUSE), so nothing is freeable:
     // the table grows past its soft limit and reclaim passes stay rare (bounded by the
     // insertion count over the interval), instead of one per inode access.
@@ -665,6 +731,7 @@ mod tests {
                     .inode,
             );
         }
+        let forces = fs.stats().journal.forces;
         let mut files = Vec::new();
         for i in 0..FILES {
             let name = format!("f{i}");
@@ -687,6 +754,10 @@ mod tests {
             stats.inode_reclaim_passes <= bound,
             "{stats:?} bound {bound}"
         );
+        // Passes that found no idle inode forced no log (nor pushed the AIL): only the
+        // first found one, the root, which no lookup reference holds here.
+        assert!(stats.inode_reclaim_passes > 1, "{stats:?}");
+        assert!(fs.stats().journal.forces <= forces + 1, "{stats:?}");
 
         // Once the references go, the idle inodes are reclaimed by later passes.
         for &inode in &files {

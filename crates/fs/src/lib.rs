@@ -21,6 +21,7 @@
 
 mod acl;
 mod attr;
+mod background;
 mod bmap;
 mod bmap_tree;
 mod data;
@@ -54,6 +55,7 @@ mod xattr_index;
 mod xattr_store;
 
 pub use attr::handle_is_direct;
+pub use background::BackgroundSignal;
 pub use discard::TrimReport;
 pub use error::FsError;
 pub use fs::Filesystem;
@@ -65,4 +67,4 @@ pub use types::{
     AtimeMode, Attr, Credentials, DataStats, DirEntry, FallocateMode, FileKind, FsOpStats, FsStats,
     LogMode, MountOptions, OpenFile, RenameMode, SeekKind, SetAttr, StatFs, TimeOrNow, XattrFlags,
 };
-pub use write_behind::{WriteBehindStats, WritebackSignal};
+pub use write_behind::WriteBehindStats;

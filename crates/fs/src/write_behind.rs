@@ -2,7 +2,7 @@
 //! bytes into the inode's dirty pages and reserves space for the blocks it will need, and
 //! returns; the blocks are allocated and written when the pages are written back (by
 //! `fsync`, `sync`, unmount, a writer over the cap, an operation that needs the data on the
-//! device, or the daemon's writeback thread). A file written whole before its writeback gets
+//! device, or the daemon's background thread). A file written whole before its writeback gets
 //! one extent of its size.
 //!
 //! Owns: each inode's dirty pages (`PageSet`, kept inside the inode's I/O lock, so readers
@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use cairn_alloc::{Allocator, ReservedScope};
 use cairn_lockrank::{Mutex, Rank};
-use parking_lot::Condvar;
 
+use crate::background::BackgroundSignal;
 use crate::bmap::{FileMap, Mapping};
 use crate::data::check_data_file;
 use crate::fs::Filesystem;
@@ -160,34 +160,10 @@ pub(crate) struct WriteBehind {
     lost: Mutex<HashMap<u64, LostWrite>>,
     list: Mutex<DirtyList>,
     /// Wakes the background pass when dirty bytes pass a quarter of the cap.
-    wake: Arc<WritebackSignal>,
+    wake: Arc<BackgroundSignal>,
     written_back_bytes: AtomicU64,
     throttled: AtomicU64,
     lost_writes: AtomicU64,
-}
-
-/// What the daemon's writeback thread waits on between passes.
-#[derive(Debug)]
-pub struct WritebackSignal {
-    pending: Mutex<bool>,
-    cond: Condvar,
-}
-
-impl WritebackSignal {
-    /// Waits until a pass is wanted early or `timeout` passes.
-    pub fn wait(&self, timeout: Duration) {
-        let mut pending = self.pending.lock();
-        if !*pending {
-            pending.wait_for(&self.cond, timeout);
-        }
-        *pending = false;
-    }
-
-    /// Ends the current wait at once (a pass is wanted, or the waiter should stop).
-    pub fn wake(&self) {
-        *self.pending.lock() = true;
-        self.cond.notify_one();
-    }
 }
 
 /// Write-behind's counters, for `cairn stats`.
@@ -205,17 +181,14 @@ pub struct WriteBehindStats {
 }
 
 impl WriteBehind {
-    pub(crate) fn new(cap: u64, alloc: Arc<Allocator>) -> Self {
+    pub(crate) fn new(cap: u64, alloc: Arc<Allocator>, wake: Arc<BackgroundSignal>) -> Self {
         Self {
             cap,
             dirty_bytes: AtomicU64::new(0),
             alloc,
             lost: Mutex::new(Rank::Leaf, HashMap::new()),
             list: Mutex::new(Rank::Leaf, DirtyList::default()),
-            wake: Arc::new(WritebackSignal {
-                pending: Mutex::new(Rank::Leaf, false),
-                cond: Condvar::new(),
-            }),
+            wake,
             written_back_bytes: AtomicU64::new(0),
             throttled: AtomicU64::new(0),
             lost_writes: AtomicU64::new(0),
@@ -757,7 +730,7 @@ impl Filesystem {
 
     /// One background pass: writes back the oldest inodes while dirty bytes are over a
     /// quarter of the cap or their pages are older than `EXPIRE`, for at most
-    /// `PASS_BUDGET`. What the daemon's writeback thread runs after each wait.
+    /// `PASS_BUDGET`. Part of the daemon's background pass (`background_pass`).
     pub fn write_back_background(&self) {
         let started = Instant::now();
         let behind = &self.write_behind;
@@ -775,12 +748,5 @@ impl Filesystem {
                 }
             }
         }
-    }
-
-    /// What the daemon's writeback thread waits on (`None` when write-behind is off).
-    pub fn writeback_signal(&self) -> Option<Arc<WritebackSignal>> {
-        self.write_behind
-            .is_on()
-            .then(|| Arc::clone(&self.write_behind.wake))
     }
 }

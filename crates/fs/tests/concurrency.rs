@@ -345,8 +345,8 @@ impl Worker {
 }
 
 /// Runs `threads` workers for `secs` seconds over a fresh filesystem mounted with
-/// `options`; fsck after. With write-behind on, a further thread runs the background
-/// writeback passes the daemon's thread would.
+/// `options`; fsck after. A further thread runs the background passes (writeback, the
+/// inode reclaim passes requests hand over) the daemon's thread would.
 fn stress(threads: u64, secs: u64, seed: u64, options: MountOptions) {
     eprintln!("stress: {threads} threads, {secs} s, CAIRN_STRESS_SEED={seed}");
     let device = make_device(512 << 20);
@@ -362,15 +362,17 @@ fn stress(threads: u64, secs: u64, seed: u64, options: MountOptions) {
     let progress = Arc::new(AtomicU64::new(0));
     let watchdog = Watchdog::start(Arc::clone(&progress));
     let deadline = Instant::now() + Duration::from_secs(secs);
-    let writeback = fs.writeback_signal().map(|signal| {
+    let background = {
         let fs = Arc::clone(&fs);
+        let signal = fs.attach_background();
         std::thread::spawn(move || {
             while Instant::now() < deadline {
                 signal.wait(Duration::from_millis(20));
-                fs.write_back_background();
+                fs.background_pass();
             }
+            fs.detach_background();
         })
-    });
+    };
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let fs = Arc::clone(&fs);
@@ -405,7 +407,7 @@ fn stress(threads: u64, secs: u64, seed: u64, options: MountOptions) {
             })
         })
         .collect();
-    for handle in handles.into_iter().chain(writeback) {
+    for handle in handles.into_iter().chain([background]) {
         handle.join().expect("a worker panicked");
     }
     let counts: Vec<String> = KINDS

@@ -211,7 +211,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
         })
     };
     let watchdog = crate::watchdog::Watchdog::spawn(Arc::clone(&requests), describe);
-    let writeback = crate::writeback::WritebackThread::spawn(Arc::clone(&core));
+    let background = crate::background::BackgroundThread::spawn(Arc::clone(&core));
     // Closing the pipe (dropping it here) is what lets the parent exit.
     if let Some(mut pipe) = ready.take() {
         let _ = pipe.write_all(READY.as_bytes());
@@ -220,7 +220,7 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
     }
     let served = session.run();
     transport.finish();
-    drop(writeback);
+    drop(background);
     drop(watchdog);
     tracing::info!(mountpoint = %request.mountpoint.display(), "FUSE session ended");
     let unmounted = finish(&core);

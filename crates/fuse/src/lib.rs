@@ -18,6 +18,7 @@
 //!   session ends, whether by `umount`, SIGTERM or SIGINT.
 
 pub mod adapter;
+pub mod background;
 pub mod blkmount;
 pub mod cli;
 pub mod convert;
@@ -31,7 +32,6 @@ pub mod readahead;
 pub mod stats;
 pub mod uring;
 pub mod watchdog;
-pub mod writeback;
 
 pub use adapter::CairnFs;
 pub use errno::ToErrno;

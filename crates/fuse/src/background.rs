@@ -1,16 +1,18 @@
-//! The daemon's writeback thread: it waits on the core's writeback signal (woken early when
-//! cached file data passes a quarter of the `data_cache` cap, else once a second), then runs
-//! one background pass (`Filesystem::write_back_background`), which writes back the oldest
-//! files while the cache is that full or their data is a few seconds old. It holds the core
-//! only during a pass, which is short, so an unmount or online grow waits little for it;
-//! after a grow it waits on the new core's signal.
+//! The daemon's background thread: it attaches to the core (`Filesystem::attach_background`)
+//! and waits on its signal (woken early when cached file data passes a quarter of the
+//! `data_cache` cap or a request hands over an inode reclaim pass, else once a second), then
+//! runs one pass (`Filesystem::background_pass`): writeback of the oldest cached files while
+//! the cache is that full or their data is a few seconds old, and the reclaim pass if one
+//! was handed over. Requests so never wait for either. It holds the core only during a
+//! pass, which is short, so an unmount or online grow waits little for it; after a grow it
+//! attaches to the new core.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use cairn_fs::WritebackSignal;
+use cairn_fs::BackgroundSignal;
 use parking_lot::Mutex;
 
 use crate::core::CoreSlot;
@@ -20,33 +22,33 @@ const PASS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The running thread; dropping it stops the thread.
 #[derive(Debug)]
-pub struct WritebackThread {
+pub struct BackgroundThread {
     stop: Arc<AtomicBool>,
-    waiting_on: Arc<Mutex<Option<Arc<WritebackSignal>>>>,
+    waiting_on: Arc<Mutex<Option<Arc<BackgroundSignal>>>>,
     thread: Option<JoinHandle<()>>,
 }
 
-impl WritebackThread {
-    /// Starts the thread, if the core caches data at all.
-    pub fn spawn(core: Arc<CoreSlot>) -> Option<WritebackThread> {
-        core.get().ok()?.writeback_signal()?;
+impl BackgroundThread {
+    /// Starts the thread; without it (the system refused a thread) requests reclaim inodes
+    /// themselves and cached data is written back by writers and `fsync` only.
+    pub fn spawn(core: Arc<CoreSlot>) -> Option<BackgroundThread> {
         let stop = Arc::new(AtomicBool::new(false));
         let waiting_on = Arc::new(Mutex::new(None));
         let (stop_flag, current) = (Arc::clone(&stop), Arc::clone(&waiting_on));
         let thread = std::thread::Builder::new()
-            .name("cairn-writeback".into())
+            .name("cairn-background".into())
             .spawn(move || run(&core, &stop_flag, &current));
         let thread = match thread {
             Ok(thread) => thread,
             Err(error) => {
                 tracing::error!(
                     %error,
-                    "no writeback thread: cached data is written back by writers and fsync only"
+                    "no background thread: cached data is written back by writers and fsync only"
                 );
                 return None;
             }
         };
-        Some(WritebackThread {
+        Some(BackgroundThread {
             stop,
             waiting_on,
             thread: Some(thread),
@@ -54,24 +56,27 @@ impl WritebackThread {
     }
 }
 
-fn run(core: &CoreSlot, stop: &AtomicBool, waiting_on: &Mutex<Option<Arc<WritebackSignal>>>) {
+fn run(core: &CoreSlot, stop: &AtomicBool, waiting_on: &Mutex<Option<Arc<BackgroundSignal>>>) {
     while !stop.load(Ordering::Acquire) {
-        let Some(signal) = core.get().ok().and_then(|fs| fs.writeback_signal()) else {
+        let Some(signal) = core.get().ok().map(|fs| fs.attach_background()) else {
             return;
         };
         *waiting_on.lock() = Some(Arc::clone(&signal));
         if stop.load(Ordering::Acquire) {
-            return;
+            break;
         }
         signal.wait(PASS_INTERVAL);
         match core.get() {
-            Ok(fs) => fs.write_back_background(),
+            Ok(fs) => fs.background_pass(),
             Err(_) => return,
         }
     }
+    if let Ok(fs) = core.get() {
+        fs.detach_background();
+    }
 }
 
-impl Drop for WritebackThread {
+impl Drop for BackgroundThread {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(signal) = self.waiting_on.lock().as_ref() {
