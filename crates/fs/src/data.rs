@@ -268,12 +268,16 @@ impl Filesystem {
         meta.core.mtime = now;
         meta.core.ctime = now;
         meta.core.size = meta.core.size.max(end);
+        let mode = meta.core.mode;
         if let Some(writer) = clear_set_id_for {
             perm::clear_set_id(&mut meta, writer);
         }
-        Self::overwrite_orders_no_data(&mut tx, map_changed, &meta);
+        let overwrite = Self::overwrite_orders_no_data(&mut tx, map_changed, &meta);
         Self::log_inode(&mut tx, inode, &mut meta);
-        self.commit(tx, &mut [&mut meta])?;
+        match overwrite && meta.core.mode == mode && stored.is_ok() {
+            true => self.commit_times_only(tx, &mut meta)?,
+            false => _ = self.commit(tx, &mut [&mut meta])?,
+        }
         stored
     }
 
@@ -407,6 +411,9 @@ impl Filesystem {
     /// Makes the file's data and the metadata needed to read it durable: its cached pages
     /// written back, then a log force up to the inode's last change (whose checkpoint
     /// flushes the device first), or a device flush if that change is durable already.
+    /// `data_only` (fdatasync) of a file waits only for its last change other than
+    /// timestamps (the size, the mapping, the mode...), as XFS does: an overwrite in place
+    /// followed by fdatasync costs a device flush, not a log force.
     pub fn fsync(&self, inode: u64, data_only: bool) -> Result<(), FsError> {
         Self::count(&self.counters.fsyncs, 1);
         let handle = self.live_inode(inode)?;
@@ -415,10 +422,14 @@ impl Filesystem {
             let _ = self.settle(&handle);
             self.take_lost_write(inode)?;
         }
-        let sequence = handle.data.lock().last_sequence;
-        // fdatasync could skip a force for timestamp-only changes; every logged change here
-        // may carry the size or mapping, so both force.
-        let _ = data_only;
+        let sequence = {
+            let data = handle.data.lock();
+            // A directory's entries live in logged blocks: fdatasync of one is an fsync.
+            match data_only && !data.is_dir() {
+                true => data.datasync_sequence,
+                false => data.last_sequence,
+            }
+        };
         if sequence > self.journal.durable_sequence().0 {
             // Data writes precede the transaction that records them, and the checkpoint
             // flushes the device after its commit record (and before it, if it orders

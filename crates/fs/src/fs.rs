@@ -489,10 +489,18 @@ impl Filesystem {
     /// block became written; and the size does not grow past the logged one), so only data
     /// already inside the file was overwritten, and a crash may show either version of it
     /// (see `Transaction::orders_no_data`). Call before logging the inode.
-    pub(crate) fn overwrite_orders_no_data(tx: &mut Tx<'_>, map_changed: bool, data: &InodeData) {
-        if !map_changed && data.core.size <= data.logged_size {
+    /// Returns whether the write made nothing reachable, which leaves the inode's times
+    /// as the transaction's only change to it unless the caller changed something else.
+    pub(crate) fn overwrite_orders_no_data(
+        tx: &mut Tx<'_>,
+        map_changed: bool,
+        data: &InodeData,
+    ) -> bool {
+        let overwrite = !map_changed && data.core.size <= data.logged_size;
+        if overwrite {
             tx.tx.orders_no_data();
         }
+        overwrite
     }
 
     /// Commits `tx`, recording its sequence in every inode it logged, then frees what it
@@ -505,10 +513,26 @@ impl Filesystem {
         let deferred = std::mem::take(&mut tx.deferred_frees);
         let sequence = tx.tx.commit()?.0;
         for data in logged {
-            data.last_sequence = sequence;
+            data.committed(sequence, false);
         }
         crate::dir::finish_deferred_frees(self, deferred)?;
         Ok(sequence)
+    }
+
+    /// Commits `tx`, which changed nothing of the one inode it logged but its timestamps:
+    /// `fdatasync` of the file does not wait for it (`InodeData::datasync_sequence`).
+    pub(crate) fn commit_times_only(
+        &self,
+        tx: Tx<'_>,
+        data: &mut InodeData,
+    ) -> Result<(), FsError> {
+        debug_assert!(
+            tx.deferred_frees.is_empty(),
+            "a times-only change frees nothing"
+        );
+        let sequence = tx.tx.commit()?.0;
+        data.committed(sequence, true);
+        Ok(())
     }
 
     /// The in-core inode `number` (allocated or not), loading it on a miss.

@@ -31,6 +31,10 @@ pub(crate) struct InodeData {
     pub raw: Vec<u8>,
     /// Commit sequence of the last transaction that logged this inode.
     pub last_sequence: u64,
+    /// Commit sequence of the last transaction that logged a change of this inode other
+    /// than its timestamps: what `fdatasync` of a file waits for (XFS leaves timestamp-only
+    /// changes out of it too).
+    pub datasync_sequence: u64,
     /// The size as last logged (`core.size` runs ahead of it while write-behind caches
     /// writes past the end).
     pub logged_size: u64,
@@ -54,6 +58,15 @@ pub(crate) struct Acls {
 }
 
 impl InodeData {
+    /// Records that the transaction with `sequence` logged this inode; `times_only`: it
+    /// changed nothing of it but timestamps.
+    pub fn committed(&mut self, sequence: u64, times_only: bool) {
+        self.last_sequence = sequence;
+        if !times_only {
+            self.datasync_sequence = sequence;
+        }
+    }
+
     /// The data fork bytes.
     pub fn data_fork(&self) -> &[u8] {
         let range = self.core.data_fork_range(self.raw.len() as u32);
@@ -437,6 +450,7 @@ pub(crate) fn read_inode(
             core,
             raw,
             last_sequence: 0,
+            datasync_sequence: 0,
             lookups: 0,
             opens: 0,
             acls: OnceCell::new(),

@@ -465,6 +465,7 @@ impl Filesystem {
                 core,
                 raw,
                 last_sequence: 0,
+                datasync_sequence: 0,
                 lookups: 0,
                 opens: 0,
                 acls: Default::default(),

@@ -497,10 +497,10 @@ impl Filesystem {
         let deferred = std::mem::take(&mut tx.deferred_frees);
         let sequence = tx.tx.commit()?.0;
         for data in logged {
-            data.last_sequence = sequence;
+            data.committed(sequence, false);
         }
-        parents.source_dir().last_sequence = sequence;
-        parents.target_dir().last_sequence = sequence;
+        parents.source_dir().committed(sequence, false);
+        parents.target_dir().committed(sequence, false);
         crate::dir::finish_deferred_frees(self, deferred)
     }
 }

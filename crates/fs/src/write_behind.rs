@@ -664,10 +664,13 @@ impl Filesystem {
             for &(first, last) in chunk {
                 map.mark_written(first, last);
             }
-            Self::overwrite_orders_no_data(&mut tx, map.is_changed(), &meta);
+            let overwrite = Self::overwrite_orders_no_data(&mut tx, map.is_changed(), &meta);
             let stored = map.store(self, &mut tx, &mut meta);
             Self::log_inode(&mut tx, inode, &mut meta);
-            self.commit(tx, &mut [&mut meta])?;
+            match overwrite && stored.is_ok() {
+                true => self.commit_times_only(tx, &mut meta)?,
+                false => _ = self.commit(tx, &mut [&mut meta])?,
+            }
             stored?;
         }
         Ok(())
