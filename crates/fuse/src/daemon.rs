@@ -23,7 +23,7 @@ use crate::adapter::CairnFs;
 use crate::blkmount::{self, BlkMount, BlkOptions};
 use crate::core::{CoreSlot, Unmounted};
 use crate::logging::{self, LogTarget};
-use crate::options::{BlkdevMode, MountConfig};
+use crate::options::{BlkdevMode, FuseSettings, MountConfig};
 use crate::stats::RequestStats;
 use crate::uring::{RingOffer, Rings, Transport};
 
@@ -200,7 +200,8 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
         "cairn mounted"
     );
     if let Ok(mountpoint) = mountpoint {
-        set_readahead(&mountpoint, request.config.fuse.readahead_bytes);
+        let buffered = request.config.fs.buffered;
+        set_bdi(&mountpoint, &request.config.fuse, buffered);
     }
     spawn_signal_thread(signals, unmounter);
     let describe = {
@@ -231,15 +232,24 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
     unmounted
 }
 
-/// Widens the mount's readahead window (see `readahead.rs`); without it (not root, no
-/// sysfs) the mount works with the kernel's 128 KiB, only slower on sequential reads.
-fn set_readahead(mountpoint: &Path, bytes: u64) {
-    if bytes == 0 {
-        return;
+/// Widens the mount's readahead window and dirty share (see `bdi.rs`); without them (not
+/// root, no sysfs) the mount works with the kernel's 128 KiB and 1%, only slower on
+/// sequential reads and bursts of random writes. A device opened through the page cache
+/// (`buffered`) keeps the 1%: the daemon's own writes would then be dirty pages too.
+fn set_bdi(mountpoint: &Path, settings: &FuseSettings, buffered: bool) {
+    let bytes = settings.readahead_bytes;
+    if bytes > 0 {
+        match crate::bdi::set_readahead(mountpoint, bytes) {
+            Ok(()) => tracing::debug!(bytes, "readahead window set"),
+            Err(error) => tracing::info!(%error, "readahead window left at the kernel's default"),
+        }
     }
-    match crate::readahead::set(mountpoint, bytes) {
-        Ok(()) => tracing::debug!(bytes, "readahead window set"),
-        Err(error) => tracing::info!(%error, "readahead window left at the kernel's default"),
+    let percent = settings.dirty_ratio;
+    if percent > 0 && !buffered {
+        match crate::bdi::set_dirty_ratio(mountpoint, percent) {
+            Ok(()) => tracing::debug!(percent, "dirty share set"),
+            Err(error) => tracing::info!(%error, "dirty share left at the kernel's default"),
+        }
     }
 }
 

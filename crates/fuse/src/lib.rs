@@ -19,6 +19,7 @@
 
 pub mod adapter;
 pub mod background;
+pub mod bdi;
 pub mod blkmount;
 pub mod cli;
 pub mod convert;
@@ -28,7 +29,6 @@ pub mod errno;
 pub mod logging;
 pub mod man;
 pub mod options;
-pub mod readahead;
 pub mod stats;
 pub mod uring;
 pub mod watchdog;

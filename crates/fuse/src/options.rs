@@ -25,10 +25,13 @@ pub const MAX_WRITE_DEFAULT_BYTES: u32 = 1 << 20;
 /// Largest `max_write` accepted (fuser's request buffer limit).
 pub const MAX_WRITE_MAX_BYTES: u32 = 16 << 20;
 /// Default readahead window of the mount (the kernel gives FUSE mounts 128 KiB; XFS on a
-/// loop device reads ahead 2.5 MiB). See `readahead.rs`.
+/// loop device reads ahead 2.5 MiB). See `bdi.rs`.
 pub const READAHEAD_DEFAULT_BYTES: u64 = 4 << 20;
 /// Largest readahead window accepted.
 pub const READAHEAD_MAX_BYTES: u64 = 256 << 20;
+/// Default share of the kernel's dirty page limit the mount may hold, in percent (the
+/// kernel gives FUSE mounts 1%). See `bdi.rs`.
+pub const DIRTY_RATIO_DEFAULT: u8 = 10;
 /// Default attribute and entry timeout. The daemon is the only writer of the device, and
 /// the kernel invalidates what its own requests change, so a long timeout is safe.
 pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
@@ -74,6 +77,9 @@ pub struct FuseSettings {
     pub max_write_bytes: u32,
     /// Readahead window set on the mount after the handshake; 0 keeps the kernel's.
     pub readahead_bytes: u64,
+    /// Share of the kernel's dirty page limit, in percent (`dirty_ratio=`; 0: the
+    /// kernel's own 1%).
+    pub dirty_ratio: u8,
     pub attr_timeout: Duration,
     pub entry_timeout: Duration,
     /// Kernel mount flags passed through: nodev, nosuid, noexec, sync, dirsync.
@@ -149,6 +155,7 @@ impl Default for MountConfig {
                 writeback_cache: true,
                 max_write_bytes: MAX_WRITE_DEFAULT_BYTES,
                 readahead_bytes: READAHEAD_DEFAULT_BYTES,
+                dirty_ratio: DIRTY_RATIO_DEFAULT,
                 attr_timeout: TIMEOUT_DEFAULT,
                 entry_timeout: TIMEOUT_DEFAULT,
                 kernel_flags: KernelFlags::default(),
@@ -181,7 +188,7 @@ const IGNORED: [&str; 14] = [
 ];
 
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 15] = [
+const VALUE_OPTIONS: [&str; 16] = [
     "logmode",
     "cache_size",
     "data_cache",
@@ -190,6 +197,7 @@ const VALUE_OPTIONS: [&str; 15] = [
     "spin_us",
     "max_write",
     "readahead",
+    "dirty_ratio",
     "attr_timeout",
     "entry_timeout",
     "logfile",
@@ -282,6 +290,7 @@ impl MountConfig {
             "spin_us" => self.fuse.request_spin = parse_spin(value).map_err(bad)?,
             "max_write" => self.fuse.max_write_bytes = parse_max_write(value).map_err(bad)?,
             "readahead" => self.fuse.readahead_bytes = parse_readahead(value).map_err(bad)?,
+            "dirty_ratio" => self.fuse.dirty_ratio = parse_dirty_ratio(value).map_err(bad)?,
             "attr_timeout" => self.fuse.attr_timeout = parse_seconds(value).map_err(bad)?,
             "entry_timeout" => self.fuse.entry_timeout = parse_seconds(value).map_err(bad)?,
             "logfile" => self.log_file = Some(PathBuf::from(value)),
@@ -377,6 +386,13 @@ fn parse_readahead(value: &str) -> Result<u64, String> {
     }
 }
 
+fn parse_dirty_ratio(value: &str) -> Result<u8, String> {
+    match value.parse::<u8>() {
+        Ok(percent) if percent <= 100 => Ok(percent),
+        _ => Err(format!("'{value}' is not a percentage (0 to 100)")),
+    }
+}
+
 fn parse_seconds(value: &str) -> Result<Duration, String> {
     match value.parse::<f64>() {
         Ok(seconds) if seconds.is_finite() && (0.0..=86_400.0).contains(&seconds) => {
@@ -455,6 +471,11 @@ pub const OPTION_HELP: &[(&str, &str)] = &[
     (
         "readahead=SIZE",
         "kernel readahead window of the mount (default 4M; 0: the kernel's 128K; root only)",
+    ),
+    (
+        "dirty_ratio=PERCENT",
+        "share of the kernel's dirty page limit the mount's unwritten file data may take \
+         (default 10; 0: the kernel's 1% for FUSE; root only; not with buffered)",
     ),
     (
         "attr_timeout=SECS / entry_timeout=SECS",
@@ -537,6 +558,13 @@ mod tests {
         assert_eq!(config.fuse.max_write_bytes, 512 << 10);
         assert_eq!(config.fuse.readahead_bytes, 8 << 20);
         assert!(MountConfig::parse(["readahead=512M"]).is_err());
+        let dirty = MountConfig::parse(["dirty_ratio=0"])
+            .unwrap()
+            .fuse
+            .dirty_ratio;
+        assert_eq!(dirty, 0);
+        assert!(MountConfig::parse(["dirty_ratio=101"]).is_err());
+        assert!(MountConfig::parse(["dirty_ratio=half"]).is_err());
         assert_eq!(config.fuse.attr_timeout, Duration::from_millis(500));
         assert_eq!(
             config.fuse.kernel_flags.mount_options(),
@@ -635,6 +663,7 @@ mod tests {
         assert!(config.fuse.clone_fd);
         assert_eq!(config.fuse.max_write_bytes, MAX_WRITE_DEFAULT_BYTES);
         assert_eq!(config.fuse.readahead_bytes, READAHEAD_DEFAULT_BYTES);
+        assert_eq!(config.fuse.dirty_ratio, DIRTY_RATIO_DEFAULT);
         assert!((1..=THREADS_DEFAULT_MAX).contains(&config.fuse.worker_threads));
     }
 }

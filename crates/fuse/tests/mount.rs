@@ -264,26 +264,34 @@ assert os.listxattr(p) == ["user.small"]
     mount.unmount();
 }
 
-// The mount's readahead window (crates/fuse/src/readahead.rs): 4 MiB by default where the
+// The mount's bdi (crates/fuse/src/bdi.rs): a 4 MiB readahead window by default where the
 // kernel gives FUSE mounts 128 KiB, `readahead=SIZE` sets it, `readahead=0` keeps the
-// kernel's.
+// kernel's; a 10% share of the dirty page limit by default where the kernel gives 1%,
+// `dirty_ratio=N` sets it, `dirty_ratio=0` and `buffered` keep the kernel's, and the
+// kernel's strict limit stays.
 #[test]
-fn readahead_window_follows_the_option() {
+fn bdi_settings_follow_the_options() {
     let scratch = Scratch::new();
     let image = scratch.format("256M");
     let mnt = scratch.mountpoint();
-    for (options, kib) in [
-        ("", "4096"),
-        ("readahead=1M", "1024"),
-        ("readahead=0", "128"),
+    for (options, kib, percent) in [
+        ("", "4096", "10"),
+        ("readahead=1M,dirty_ratio=20", "1024", "20"),
+        ("readahead=0,dirty_ratio=0", "128", "1"),
+        ("buffered", "4096", "1"),
     ] {
         let mount = Mount::new(&image, &mnt, options);
         let dev = fs::metadata(&mnt).unwrap().dev();
         let (major, minor) = (libc::major(dev), libc::minor(dev));
-        let blk = format!("/sys/class/bdi/{major}:{minor}-fuseblk/read_ahead_kb");
-        let plain = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
-        let window = fs::read_to_string(&blk).or_else(|_| fs::read_to_string(&plain));
-        assert_eq!(window.unwrap().trim(), kib, "-o {options}");
+        let attribute = |name: &str| {
+            let blk = format!("/sys/class/bdi/{major}:{minor}-fuseblk/{name}");
+            let plain = format!("/sys/class/bdi/{major}:{minor}/{name}");
+            let value = fs::read_to_string(&blk).or_else(|_| fs::read_to_string(&plain));
+            value.unwrap().trim().to_string()
+        };
+        assert_eq!(attribute("read_ahead_kb"), kib, "-o {options}");
+        assert_eq!(attribute("max_ratio"), percent, "-o {options}");
+        assert_eq!(attribute("strict_limit"), "1", "-o {options}");
         mount.unmount();
     }
 }
