@@ -736,6 +736,76 @@ mod tests {
         fs.unmount().unwrap();
     }
 
+    // Four threads create, look up, write and remove files in their own and a shared
+    // directory while a background thread runs the reclaim passes they hand over, with a
+    // table limit small enough that passes run all along: no lock-order report, no hang,
+    // and every file left reads back what was written.
+    #[test]
+    fn reclaim_on_the_background_thread_beside_busy_requests() {
+        use std::sync::atomic::AtomicBool;
+        const TARGET: usize = 32;
+        let fs = Arc::new(mount());
+        fs.inodes.set_target(TARGET);
+        let who = Credentials::root();
+        let shared = fs.mkdir(fs.root(), b"shared", 0o777, &who).unwrap().inode;
+        let stop = Arc::new(AtomicBool::new(false));
+        let background = {
+            let (fs, stop) = (Arc::clone(&fs), Arc::clone(&stop));
+            let signal = fs.attach_background();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    signal.wait(Duration::from_millis(2));
+                    fs.background_pass();
+                }
+                fs.detach_background();
+            })
+        };
+        let workers: Vec<_> = (0..4u8)
+            .map(|t| {
+                let fs = Arc::clone(&fs);
+                std::thread::spawn(move || {
+                    let who = Credentials::root();
+                    let own_name = format!("t{t}");
+                    let own = fs.mkdir(fs.root(), own_name.as_bytes(), 0o777, &who);
+                    let own = own.unwrap().inode;
+                    for i in 0..1500u32 {
+                        let dir = if i % 3 == 0 { shared } else { own };
+                        let name = format!("f{t}-{i}");
+                        let attr = fs
+                            .create(dir, name.as_bytes(), FileKind::Regular, 0o644, 0, &who)
+                            .unwrap();
+                        fs.write(attr.inode, 0, name.as_bytes()).unwrap();
+                        fs.forget(attr.inode, 1);
+                        if i % 4 == 0 {
+                            fs.unlink(dir, name.as_bytes(), &who).unwrap();
+                        }
+                    }
+                    own
+                })
+            })
+            .collect();
+        let owns: Vec<u64> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        stop.store(true, Ordering::Release);
+        background.join().unwrap();
+        let stats = fs.stats().fs;
+        assert!(stats.inode_reclaim_passes > 0, "{stats:?}");
+        assert!(stats.inodes_reclaimed > 0, "{stats:?}");
+        for (t, own) in owns.into_iter().enumerate() {
+            for i in (0..1500u32).filter(|i| i % 4 != 0) {
+                let dir = if i % 3 == 0 { shared } else { own };
+                let name = format!("f{t}-{i}");
+                let attr = fs.lookup(dir, name.as_bytes()).unwrap();
+                let data = fs.read(attr.inode, 0, 64).unwrap();
+                assert_eq!(&data[..], name.as_bytes(), "{name}");
+                fs.forget(attr.inode, 1);
+            }
+        }
+        match Arc::try_unwrap(fs) {
+            Ok(fs) => fs.unmount().unwrap(),
+            Err(_) => panic!("a thread still holds the filesystem"),
+        }
+    }
+
     // Every created inode keeps its lookup reference (as under FUSE), so nothing is freeable:
     // the table grows past its soft limit and reclaim passes stay rare (bounded by the
     // insertion count over the interval), instead of one per inode access.
