@@ -87,8 +87,9 @@ impl OpSlot {
 
 /// A request slower than this counts as slow (`OpSnapshot::slow_ns`).
 const SLOW_NS: u64 = 1_000_000;
-/// Latency buckets: four per power of two of microseconds (so a percentile read from them is
-/// within 19% of the true value), from under 1 us up to about 2^31 us (36 minutes).
+/// Latency buckets: four per power of two of microseconds (so a percentile read from them,
+/// a bucket's upper bound, is at most 25% above the true value), from under 1 us up to
+/// about 2^31 us (36 minutes).
 const SUB_BUCKETS: usize = 4;
 const BUCKETS: usize = 32 * SUB_BUCKETS;
 
