@@ -53,10 +53,7 @@ impl Filesystem {
         }
         let mut tx = self.begin(Reservation::for_items(&self.geometry, 0, 0, 1, 0))?;
         Self::log_inode(&mut tx, inode, &mut data);
-        match only_times(changes) {
-            true => self.commit_times_only(tx, &mut data)?,
-            false => _ = self.commit(tx, &mut [&mut data])?,
-        }
+        self.commit_inode(tx, &mut data, only_times(changes))?;
         Ok(data.attr(inode, self.geometry.block_size))
     }
 
@@ -126,7 +123,7 @@ impl Filesystem {
         let reservation = Reservation::for_items(&self.geometry, 0, 0, 1, 0);
         if let Ok(mut tx) = self.begin(reservation) {
             Self::log_inode(&mut tx, number, &mut data);
-            let _ = self.commit_times_only(tx, &mut data);
+            let _ = self.commit_inode(tx, &mut data, true);
         }
     }
 

@@ -81,9 +81,7 @@ impl Filesystem {
     /// handed over but not run yet is run now.
     pub fn detach_background(&self) {
         self.background.attached.store(false, Ordering::Release);
-        if self.background.reclaim.swap(false, Ordering::AcqRel) {
-            self.reclaim_inodes();
-        }
+        self.reclaim_handed_over();
     }
 
     /// One pass of the background thread: writes back the oldest cached data while the cache
@@ -91,6 +89,11 @@ impl Filesystem {
     /// the reclaim pass a request handed over.
     pub fn background_pass(&self) {
         self.write_back_background();
+        self.reclaim_handed_over();
+    }
+
+    /// Runs the reclaim pass a request handed over, if there is one.
+    fn reclaim_handed_over(&self) {
         if self.background.reclaim.swap(false, Ordering::AcqRel) {
             self.reclaim_inodes();
         }

@@ -268,16 +268,10 @@ impl Filesystem {
         meta.core.mtime = now;
         meta.core.ctime = now;
         meta.core.size = meta.core.size.max(end);
-        let mode = meta.core.mode;
-        if let Some(writer) = clear_set_id_for {
-            perm::clear_set_id(&mut meta, writer);
-        }
+        let cleared = clear_set_id_for.is_some_and(|writer| perm::clear_set_id(&mut meta, writer));
         let overwrite = Self::overwrite_orders_no_data(&mut tx, map_changed, &meta);
         Self::log_inode(&mut tx, inode, &mut meta);
-        match overwrite && meta.core.mode == mode && stored.is_ok() {
-            true => self.commit_times_only(tx, &mut meta)?,
-            false => _ = self.commit(tx, &mut [&mut meta])?,
-        }
+        self.commit_inode(tx, &mut meta, overwrite && !cleared && stored.is_ok())?;
         stored
     }
 

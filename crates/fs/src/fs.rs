@@ -519,20 +519,25 @@ impl Filesystem {
         Ok(sequence)
     }
 
-    /// Commits `tx`, which changed nothing of the one inode it logged but its timestamps:
-    /// `fdatasync` of the file does not wait for it (`InodeData::datasync_sequence`).
-    pub(crate) fn commit_times_only(
+    /// Commits `tx`, which logged the one inode `data`; `times_only`: it changed nothing of
+    /// it but timestamps, so `fdatasync` of the file need not wait for it
+    /// (`InodeData::datasync_sequence`).
+    pub(crate) fn commit_inode(
         &self,
         tx: Tx<'_>,
         data: &mut InodeData,
-    ) -> Result<(), FsError> {
+        times_only: bool,
+    ) -> Result<u64, FsError> {
+        if !times_only {
+            return self.commit(tx, &mut [data]);
+        }
         debug_assert!(
             tx.deferred_frees.is_empty(),
             "a times-only change frees nothing"
         );
         let sequence = tx.tx.commit()?.0;
         data.committed(sequence, true);
-        Ok(())
+        Ok(sequence)
     }
 
     /// The in-core inode `number` (allocated or not), loading it on a miss.
@@ -572,7 +577,7 @@ impl Filesystem {
             self.inodes
                 .judge(number, |inode| match inode.data.try_lock() {
                     None => Verdict::Retry,
-                    Some(data) if data.lookups > 0 || data.opens > 0 => Verdict::Referenced,
+                    Some(data) if data.is_referenced() => Verdict::Referenced,
                     Some(_) => {
                         idle = true;
                         Verdict::Retry
@@ -591,7 +596,7 @@ impl Filesystem {
                 let Some(mut data) = inode.data.try_lock() else {
                     return Verdict::Retry;
                 };
-                if data.lookups > 0 || data.opens > 0 {
+                if data.is_referenced() {
                     return Verdict::Referenced;
                 }
                 let clean = home_matches(

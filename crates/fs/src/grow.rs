@@ -78,7 +78,7 @@ impl Filesystem {
             .into_iter()
             .filter_map(|inode| {
                 let data = inode.data.lock();
-                (data.lookups > 0 || data.opens > 0).then(|| HeldInode {
+                data.is_referenced().then(|| HeldInode {
                     inode: inode.number,
                     lookups: data.lookups,
                     opens: data.opens,

@@ -67,6 +67,11 @@ impl InodeData {
         }
     }
 
+    /// Whether FUSE or an open handle holds the inode.
+    pub fn is_referenced(&self) -> bool {
+        self.lookups > 0 || self.opens > 0
+    }
+
     /// The data fork bytes.
     pub fn data_fork(&self) -> &[u8] {
         let range = self.core.data_fork_range(self.raw.len() as u32);

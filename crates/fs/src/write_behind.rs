@@ -667,10 +667,7 @@ impl Filesystem {
             let overwrite = Self::overwrite_orders_no_data(&mut tx, map.is_changed(), &meta);
             let stored = map.store(self, &mut tx, &mut meta);
             Self::log_inode(&mut tx, inode, &mut meta);
-            match overwrite && stored.is_ok() {
-                true => self.commit_times_only(tx, &mut meta)?,
-                false => _ = self.commit(tx, &mut [&mut meta])?,
-            }
+            self.commit_inode(tx, &mut meta, overwrite && stored.is_ok())?;
             stored?;
         }
         Ok(())

@@ -25,26 +25,36 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// Sets the readahead window of the FUSE mount at `mountpoint` to `bytes` (rounded down to
-/// KiB).
-pub fn set_readahead(mountpoint: &Path, bytes: u64) -> io::Result<()> {
-    let path = bdi_attribute(&device_of_mount(mountpoint)?, "read_ahead_kb")?;
-    std::fs::write(path, format!("{}\n", bytes / 1024))
+/// The sysfs directory of the FUSE mount's bdi.
+#[derive(Debug)]
+pub struct Bdi {
+    directory: PathBuf,
 }
 
-/// Sets the share of the kernel's dirty page limit the FUSE mount at `mountpoint` may hold,
-/// in percent.
-pub fn set_dirty_ratio(mountpoint: &Path, percent: u8) -> io::Result<()> {
-    let path = bdi_attribute(&device_of_mount(mountpoint)?, "max_ratio")?;
-    std::fs::write(path, format!("{percent}\n"))
-}
+impl Bdi {
+    /// The bdi of the mount at `mountpoint`, its device number read from
+    /// `/proc/self/mountinfo`: a `stat` of the mountpoint would wait for this daemon, which
+    /// is not serving yet.
+    pub fn of_mount(mountpoint: &Path) -> io::Result<Bdi> {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+        let device = device_of(&mountinfo, mountpoint).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "mount not in /proc/self/mountinfo")
+        })?;
+        bdi_directory(&device).map(|directory| Bdi { directory })
+    }
 
-/// The `MAJ:MIN` of the mount at `mountpoint`, from `/proc/self/mountinfo`: a `stat` of the
-/// mountpoint would wait for this daemon, which is not serving yet.
-fn device_of_mount(mountpoint: &Path) -> io::Result<String> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
-    device_of(&mountinfo, mountpoint)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "mount not in /proc/self/mountinfo"))
+    /// Sets the readahead window to `bytes` (rounded down to KiB).
+    pub fn set_readahead(&self, bytes: u64) -> io::Result<()> {
+        std::fs::write(
+            self.directory.join("read_ahead_kb"),
+            format!("{}\n", bytes / 1024),
+        )
+    }
+
+    /// Sets the share of the kernel's dirty page limit the mount may hold, in percent.
+    pub fn set_dirty_ratio(&self, percent: u8) -> io::Result<()> {
+        std::fs::write(self.directory.join("max_ratio"), format!("{percent}\n"))
+    }
 }
 
 /// The `MAJ:MIN` of the newest mount at `mountpoint` in a mountinfo text.
@@ -86,12 +96,12 @@ fn unescape(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The `attribute` file of the FUSE bdi of device `MAJ:MIN`: the `-fuseblk` one where it
-/// exists (the plain `MAJ:MIN` bdi is then the loop device's own).
-fn bdi_attribute(device: &str, attribute: &str) -> io::Result<PathBuf> {
+/// The directory of the FUSE bdi of device `MAJ:MIN`: the `-fuseblk` one where it exists
+/// (the plain `MAJ:MIN` bdi is then the loop device's own).
+fn bdi_directory(device: &str) -> io::Result<PathBuf> {
     ["-fuseblk", ""]
         .iter()
-        .map(|suffix| PathBuf::from(format!("/sys/class/bdi/{device}{suffix}/{attribute}")))
+        .map(|suffix| PathBuf::from(format!("/sys/class/bdi/{device}{suffix}")))
         .find(|path| path.exists())
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no bdi for {device}")))
 }

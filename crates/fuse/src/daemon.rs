@@ -237,16 +237,23 @@ fn serve(request: &MountRequest, ready: &mut Option<File>) -> Result<(), DaemonE
 /// sequential reads and bursts of random writes. A device opened through the page cache
 /// (`buffered`) keeps the 1%: the daemon's own writes would then be dirty pages too.
 fn set_bdi(mountpoint: &Path, settings: &FuseSettings, buffered: bool) {
+    let bdi = match crate::bdi::Bdi::of_mount(mountpoint) {
+        Ok(bdi) => bdi,
+        Err(error) => {
+            tracing::info!(%error, "readahead window and dirty share left at the kernel's");
+            return;
+        }
+    };
     let bytes = settings.readahead_bytes;
     if bytes > 0 {
-        match crate::bdi::set_readahead(mountpoint, bytes) {
+        match bdi.set_readahead(bytes) {
             Ok(()) => tracing::debug!(bytes, "readahead window set"),
             Err(error) => tracing::info!(%error, "readahead window left at the kernel's default"),
         }
     }
     let percent = settings.dirty_ratio;
     if percent > 0 && !buffered {
-        match crate::bdi::set_dirty_ratio(mountpoint, percent) {
+        match bdi.set_dirty_ratio(percent) {
             Ok(()) => tracing::debug!(percent, "dirty share set"),
             Err(error) => tracing::info!(%error, "dirty share left at the kernel's default"),
         }
