@@ -64,11 +64,11 @@ pub enum Op {
         len: u64,
         id: u64,
     },
-    /// One writeback pass of the daemon's background thread (`Filesystem::write_back_background`):
-    /// writes back the oldest files while the cache is over a quarter of its cap (or their
-    /// pages are old). No effect on the model and no promise. The only op whose effect
-    /// depends on time: pages older than the pass's expiry (seconds) go too, and a pass
-    /// stops after its time budget, so a very slow run may write back more or less.
+    /// One pass of the daemon's background thread (`Filesystem::background_pass`): writes
+    /// back the oldest files while the cache is over a quarter of its cap, and what the
+    /// commit window says is due. No effect on the model and no promise. The only op whose
+    /// effect depends on time: data older than half the window goes too, and the log is
+    /// forced if a commit has waited that long, so a very slow run may do more.
     Writeback,
     /// `lseek(path, 0, SEEK_HOLE)`: reads the mapping, so with write-behind on it writes the
     /// file's cached pages back first. No effect on the model and no promise.

@@ -113,7 +113,7 @@ pub fn perform(fs: &Filesystem, op: &Op) -> Result<u64, FsError> {
             Ok(0)
         }
         Op::Writeback => {
-            fs.write_back_background();
+            fs.background_pass();
             Ok(0)
         }
         Op::SeekHole(path) => match fs.seek(resolve(fs, path)?, 0, SeekKind::Hole) {

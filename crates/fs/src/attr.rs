@@ -163,9 +163,24 @@ impl Filesystem {
         if free {
             crate::unlinked::free_orphan(self, &handle)?;
         } else if handle.data.lock().opens == 0 {
+            self.write_back_rewritten(&handle);
             self.trim_on_last_close(&handle)?;
         }
         Ok(())
+    }
+
+    /// At the last close of a file a truncate emptied (open with `O_TRUNC`, write, close:
+    /// how programs rewrite a file in place), writes its new data back, so the checkpoint
+    /// that makes the truncate durable is unlikely to find it still cached: a crash then
+    /// shows the old content or the new, not an empty file (ext4's `auto_da_alloc`). A
+    /// failure is kept for the file's next `fsync`, as any writeback failure.
+    fn write_back_rewritten(&self, handle: &Inode) {
+        if !std::mem::take(&mut handle.data.lock().emptied_by_truncate) {
+            return;
+        }
+        if let Err(error) = self.write_back_whole(handle) {
+            tracing::warn!(inode = handle.number, %error, "writing back a rewritten file failed");
+        }
     }
 }
 

@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_lockrank::{Mutex, Rank};
 use parking_lot::Condvar;
@@ -84,11 +84,19 @@ impl Filesystem {
         self.reclaim_handed_over();
     }
 
-    /// One pass of the background thread: writes back the oldest cached data while the cache
-    /// is a quarter full or the data is a few seconds old (`write_back_background`), and runs
-    /// the reclaim pass a request handed over.
+    /// One pass of the background thread, to run at least every `background_interval`:
+    /// writes back the oldest cached data while the cache is a quarter full, and what the
+    /// commit window says is due, forcing the log when that window says so
+    /// (`commit_window_pass`); then runs the reclaim pass a request handed over.
     pub fn background_pass(&self) {
-        self.write_back_background();
+        self.background_pass_at(Instant::now());
+    }
+
+    /// `background_pass` as if it ran at `now`: a later instant plays a wait (the crash
+    /// explorer's `Op::Wait`, tests of the commit window), so everything received before the
+    /// call is as old as the window says is due.
+    pub fn background_pass_at(&self, now: Instant) {
+        self.commit_window_pass(now);
         self.reclaim_handed_over();
     }
 

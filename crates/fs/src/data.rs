@@ -268,8 +268,13 @@ impl Filesystem {
         meta.core.mtime = now;
         meta.core.ctime = now;
         meta.core.size = meta.core.size.max(end);
+        // The caller wrote the inode's cached pages back and holds its I/O lock: every
+        // byte of the file is on the device or in a hole.
+        let logged_size = meta.disk_size;
+        meta.cover_written(u64::MAX);
+        let size_grew = meta.disk_size > logged_size;
         let cleared = clear_set_id_for.is_some_and(|writer| perm::clear_set_id(&mut meta, writer));
-        let overwrite = Self::overwrite_orders_no_data(&mut tx, map_changed, &meta);
+        let overwrite = Self::overwrite_orders_no_data(&mut tx, map_changed, size_grew);
         Self::log_inode(&mut tx, inode, &mut meta);
         self.commit_inode(tx, &mut meta, overwrite && !cleared && stored.is_ok())?;
         stored
@@ -415,6 +420,8 @@ impl Filesystem {
             // A failure is kept as well as returned: report it from there, once.
             let _ = self.settle(&handle);
             self.take_lost_write(inode)?;
+            // After a lost writeback the logged size may still be behind.
+            self.write_back_whole(&handle)?;
         }
         let sequence = {
             let data = handle.data.lock();
@@ -463,6 +470,11 @@ impl Filesystem {
         meta.core.size = size;
         meta.core.mtime = now;
         meta.core.ctime = now;
+        // A growth is logged only up to the first cached page past the logged size: the
+        // bytes between would read as zeros after a crash, not as what was written there.
+        let written_below = pages.first_cached_byte(meta.disk_size, block_size);
+        meta.cover_written(written_below);
+        meta.emptied_by_truncate |= size == 0 && old_size > 0;
         Self::log_inode(&mut tx, inode, &mut meta);
         self.commit(tx, &mut [&mut meta])?;
         if shrinks_mid_block {

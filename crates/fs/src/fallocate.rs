@@ -82,6 +82,8 @@ impl Filesystem {
         let mut tx = self.begin(Reservation::for_items(&self.geometry, 0, 0, 1, 0))?;
         if !keep_size {
             meta.core.size = meta.core.size.max(end);
+            // The pages were written back above, under the I/O lock still held.
+            meta.cover_written(u64::MAX);
         }
         let now = now();
         meta.core.mtime = now;

@@ -478,25 +478,25 @@ impl Filesystem {
         }
     }
 
-    /// Logs the current image of an inode in `tx`.
+    /// Logs the current image of an inode in `tx` (with the size a crash may show,
+    /// `InodeData::disk_size`).
     pub(crate) fn log_inode(tx: &mut Tx<'_>, number: u64, data: &mut InodeData) {
         tx.tx.log_inode(InodeNumber(number), data.image());
-        data.logged_size = data.core.size;
     }
 
     /// After a data write into mapped blocks: lets `tx` skip the checkpoint's flush before
     /// its commit record when the write made nothing reachable (`map_changed` false: no
-    /// block became written; and the size does not grow past the logged one), so only data
-    /// already inside the file was overwritten, and a crash may show either version of it
-    /// (see `Transaction::orders_no_data`). Call before logging the inode.
+    /// block became written; and `size_grew` false: the logged size did not grow), so only
+    /// data already inside the file was overwritten, and a crash may show either version of
+    /// it (see `Transaction::orders_no_data`). Call before logging the inode.
     /// Returns whether the write made nothing reachable, which leaves the inode's times
     /// as the transaction's only change to it unless the caller changed something else.
     pub(crate) fn overwrite_orders_no_data(
         tx: &mut Tx<'_>,
         map_changed: bool,
-        data: &InodeData,
+        size_grew: bool,
     ) -> bool {
-        let overwrite = !map_changed && data.core.size <= data.logged_size;
+        let overwrite = !map_changed && !size_grew;
         if overwrite {
             tx.tx.orders_no_data();
         }

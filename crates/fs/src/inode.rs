@@ -35,9 +35,16 @@ pub(crate) struct InodeData {
     /// than its timestamps: what `fdatasync` of a file waits for (XFS leaves timestamp-only
     /// changes out of it too).
     pub datasync_sequence: u64,
-    /// The size as last logged (`core.size` runs ahead of it while write-behind caches
-    /// writes past the end).
-    pub logged_size: u64,
+    /// The size a crash may show: what `image` logs for a regular file. `core.size` runs
+    /// ahead of it while write-behind holds data past it. It grows only over data that is
+    /// on the device (`cover_written`) and follows every shrink, so a crash never shows a
+    /// size over bytes nobody wrote: the file comes back shorter, not full of zeros (XFS
+    /// keeps its on-disk size apart from the in-memory one for the same reason).
+    pub disk_size: u64,
+    /// A truncate emptied the file and its new data has not been written back since: the
+    /// last close and the periodic commit write it back, so a crash shows the old content
+    /// or the new, rarely an empty file (ext4's `auto_da_alloc`).
+    pub emptied_by_truncate: bool,
     /// FUSE lookup references.
     pub lookups: u64,
     /// Open handles.
@@ -84,11 +91,31 @@ impl InodeData {
         &mut self.raw[range]
     }
 
-    /// The image to log: the core re-encoded and the CRC stamped.
+    /// The image to log: the core re-encoded with the size a crash may show
+    /// (`disk_size`), and the CRC stamped.
     pub fn image(&mut self) -> &[u8] {
-        self.core.encode(&mut self.raw[..INODE_CORE_SIZE]);
+        if self.file_type() != Some(FileType::Regular) || self.core.size < self.disk_size {
+            self.disk_size = self.core.size;
+        }
+        let mut core = self.core;
+        core.size = self.disk_size;
+        core.encode(&mut self.raw[..INODE_CORE_SIZE]);
         stamp(&mut self.raw, None);
         &self.raw
+    }
+
+    /// Lets the logged size grow towards `core.size`, up to byte `written_below`: every
+    /// byte under that is on the device or in no cached page (a hole, which reads as the
+    /// zeros the file holds there). The caller passes the first byte of the first cached
+    /// page past the logged size (`PageSet::first_cached_byte`), or `u64::MAX`.
+    pub fn cover_written(&mut self, written_below: u64) {
+        let covered = self.core.size.min(written_below);
+        self.disk_size = self.disk_size.max(covered);
+    }
+
+    /// Whether the logged size is behind the size in memory.
+    pub fn size_not_logged(&self) -> bool {
+        self.file_type() == Some(FileType::Regular) && self.disk_size < self.core.size
     }
 
     pub fn file_type(&self) -> Option<FileType> {
@@ -451,7 +478,8 @@ pub(crate) fn read_inode(
     Ok(Inode::new(
         number,
         InodeData {
-            logged_size: core.size,
+            disk_size: core.size,
+            emptied_by_truncate: false,
             core,
             raw,
             last_sequence: 0,
@@ -479,6 +507,10 @@ pub(crate) fn home_matches(
         return false;
     };
     let image = data.image().to_vec();
+    if data.size_not_logged() {
+        // The home copy has the logged size: dropping the inode would lose the real one.
+        return false;
+    }
     let size = image.len();
     let Some(home) = guard.get(offset..offset + size) else {
         return false;

@@ -24,6 +24,7 @@ mod attr;
 mod background;
 mod bmap;
 mod bmap_tree;
+mod commit;
 mod data;
 mod dir;
 mod dir_index;
@@ -64,7 +65,8 @@ pub use iobuf::ReadData;
 pub use prealloc::BackgroundScan;
 pub use seek::FileExtent;
 pub use types::{
-    AtimeMode, Attr, Credentials, DataStats, DirEntry, FallocateMode, FileKind, FsOpStats, FsStats,
-    LogMode, MountOptions, OpenFile, RenameMode, SeekKind, SetAttr, StatFs, TimeOrNow, XattrFlags,
+    AtimeMode, Attr, COMMIT_INTERVAL_MS_DEFAULT, Credentials, DataStats, DirEntry, FallocateMode,
+    FileKind, FsOpStats, FsStats, LogMode, MountOptions, OpenFile, RenameMode, SeekKind, SetAttr,
+    StatFs, TimeOrNow, XattrFlags,
 };
 pub use write_behind::WriteBehindStats;

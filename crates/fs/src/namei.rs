@@ -461,7 +461,8 @@ impl Filesystem {
         let inode = Inode::new(
             number,
             InodeData {
-                logged_size: core.size,
+                disk_size: core.size,
+                emptied_by_truncate: false,
                 core,
                 raw,
                 last_sequence: 0,

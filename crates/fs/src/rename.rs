@@ -92,6 +92,12 @@ struct Request<'a> {
     mode: RenameMode,
 }
 
+impl<'a> Request<'a> {
+    fn parent_name(&self) -> (u64, &'a [u8]) {
+        (self.parent, self.name)
+    }
+}
+
 impl Filesystem {
     /// Renames `name` in `parent` to `new_name` in `new_parent` (see `RenameMode`).
     pub fn rename(
@@ -115,6 +121,7 @@ impl Filesystem {
             mode,
         };
         let serial = self.rename_lock.lock();
+        self.write_back_replacement(&request);
         for _ in 0..RENAME_RETRIES_MAX {
             let Some(done) = self.rename_once(&request, who)? else {
                 continue;
@@ -131,6 +138,41 @@ impl Filesystem {
         Err(FsError::InvalidArgument(
             "rename raced other changes too often",
         ))
+    }
+
+    /// Before a rename replaces a regular file (or exchanges two), writes back the cached
+    /// data of the file (or files) moved into place and logs their sizes, so the rename's
+    /// transaction commits after them: a crash that keeps the rename keeps that data, and
+    /// the name shows the old file or the new one, complete (ext4's `auto_da_alloc`; the
+    /// editor's write-to-temporary-then-rename). Best effort: a failure is kept for the
+    /// file's next `fsync`, and the rename goes on.
+    fn write_back_replacement(&self, request: &Request<'_>) {
+        let replaced = match self.lookup_number(request.new_parent, request.new_name) {
+            Ok(target) if request.mode != RenameMode::NoReplace => target,
+            _ => return,
+        };
+        let mut moved = vec![request.parent_name()];
+        if request.mode == RenameMode::Exchange {
+            moved.push((request.new_parent, request.new_name));
+        }
+        if !self.is_regular_file(replaced) {
+            return;
+        }
+        for (parent, name) in moved {
+            let written = self
+                .lookup_number(parent, name)
+                .and_then(|number| self.live_inode(number))
+                .and_then(|inode| self.write_back_whole(&inode));
+            if let Err(error) = written {
+                tracing::debug!(%error, "writeback before a replacing rename failed");
+            }
+        }
+    }
+
+    /// Whether `inode` is an allocated regular file.
+    fn is_regular_file(&self, inode: u64) -> bool {
+        self.live_inode(inode)
+            .is_ok_and(|handle| handle.data.lock().file_type() == Some(FileType::Regular))
     }
 
     /// One attempt; `None` when a name changed between the lookups and the locks.

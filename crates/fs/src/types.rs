@@ -36,7 +36,15 @@ pub struct MountOptions {
     /// Write-behind: bytes of written data held in memory before writeback (delayed
     /// allocation, see `write_behind`); 0 writes every write through to the device.
     pub data_cache: u64,
+    /// The commit window (`-o commit=`): whatever the filesystem received longer ago than
+    /// this is durable without an `fsync` (cached data written back, the log forced), as
+    /// long as the daemon's background thread runs `background_pass` at least every
+    /// quarter of it (`Filesystem::background_interval`).
+    pub commit_interval_ms: u64,
 }
+
+/// The default commit window, ext4's `commit=` default.
+pub const COMMIT_INTERVAL_MS_DEFAULT: u64 = 5_000;
 
 impl Default for MountOptions {
     fn default() -> Self {
@@ -50,6 +58,7 @@ impl Default for MountOptions {
             buffered: false,
             discard: false,
             data_cache: 0,
+            commit_interval_ms: COMMIT_INTERVAL_MS_DEFAULT,
         }
     }
 }

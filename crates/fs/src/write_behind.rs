@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cairn_alloc::{Allocator, ReservedScope};
+use cairn_journal::Reservation;
 use cairn_lockrank::{Mutex, Rank};
 
 use crate::background::BackgroundSignal;
@@ -43,9 +44,8 @@ const META_BLOCKS: u64 = 8;
 /// Free blocks never promised to cached writes, so operations that allocate without a
 /// reservation (directories, inode chunks) still find room once the cache is full.
 const SLACK_BLOCKS: u64 = 64;
-/// Pages dirty this long are written back by the background pass.
-const EXPIRE: Duration = Duration::from_secs(5);
-/// A background pass stops after this long, so the daemon can take the core out.
+/// A background pass stops writing back for the cache's fill after this long, so the daemon
+/// can take the core out (data the commit window says is due goes whatever the time).
 const PASS_BUDGET: Duration = Duration::from_millis(200);
 /// The most runs and blocks written back in one batch (its device writes in flight together,
 /// then its transactions).
@@ -100,6 +100,15 @@ impl PageSet {
         }
     }
 
+    /// The first byte of the first page holding bytes at or past byte `from` (the logged
+    /// size): data the logged size may not cover yet. `u64::MAX` when there is none.
+    pub(crate) fn first_cached_byte(&self, from: u64, block_size: u64) -> u64 {
+        self.pages
+            .range(from / block_size..)
+            .next()
+            .map_or(u64::MAX, |(&block, _)| block * block_size)
+    }
+
     /// The next runs of consecutive pages to write back together, in file order: at most
     /// `BATCH_RUNS_MAX` runs and `BATCH_BLOCKS_MAX` blocks.
     fn next_batch(&self) -> Vec<(u64, u64)> {
@@ -144,6 +153,13 @@ impl DirtyList {
     fn oldest(&self) -> Option<(Instant, Arc<Inode>)> {
         let (_, (since, inode)) = self.by_age.first_key_value()?;
         Some((*since, Arc::clone(inode)))
+    }
+
+    fn inodes(&self) -> Vec<Arc<Inode>> {
+        self.by_age
+            .values()
+            .map(|(_, inode)| Arc::clone(inode))
+            .collect()
     }
 }
 
@@ -571,7 +587,10 @@ impl Filesystem {
         });
         iobuf::give_back(buf);
         let converts = written?;
-        self.commit_runs(handle, &converts)
+        // The batch is the file's first pages: the rest start after its last run.
+        let batch_end = runs.last().map_or(0, |&(_, last)| last);
+        let after_batch = pages.first_cached_byte(batch_end * block_size, block_size);
+        self.commit_runs(handle, &converts, after_batch)
     }
 
     /// Allocates what file blocks `first..last` lack (unwritten), with speculative
@@ -648,23 +667,38 @@ impl Filesystem {
 
     /// The transactions after a batch's data is on the device: runs in unwritten extents
     /// become written, `EXTENTS_PER_STEP` runs a transaction (the reservation of one mapping
-    /// step), and the inode (size and times as the writes left them) is logged.
-    fn commit_runs(&self, handle: &Inode, converts: &[(u64, u64)]) -> Result<(), FsError> {
+    /// step), and the inode is logged with its times and a size that covers no byte still
+    /// unwritten: not the runs of the later transactions, nor `after_batch` (the first byte
+    /// of the pages after the batch) and on.
+    fn commit_runs(
+        &self,
+        handle: &Inode,
+        converts: &[(u64, u64)],
+        after_batch: u64,
+    ) -> Result<(), FsError> {
         let inode = handle.number;
+        let block_size = u64::from(self.geometry.block_size);
         // With nothing to convert, one transaction still logs the inode.
         let nothing: &[(u64, u64)] = &[];
         let chunks: Vec<&[(u64, u64)]> = match converts.is_empty() {
             true => vec![nothing],
             false => converts.chunks(crate::bmap::EXTENTS_PER_STEP).collect(),
         };
-        for chunk in chunks {
+        for (index, chunk) in chunks.iter().enumerate() {
+            let written_below = chunks
+                .get(index + 1)
+                .and_then(|next| next.first())
+                .map_or(after_batch, |&(first, _)| first * block_size);
             let mut meta = handle.data.lock();
             let mut tx = self.begin(self.write_reservation())?;
             let mut map = FileMap::load_around(self, &mut tx, inode, &meta, chunk)?;
-            for &(first, last) in chunk {
+            for &(first, last) in *chunk {
                 map.mark_written(first, last);
             }
-            let overwrite = Self::overwrite_orders_no_data(&mut tx, map.is_changed(), &meta);
+            let logged_size = meta.disk_size;
+            meta.cover_written(written_below);
+            let size_grew = meta.disk_size > logged_size;
+            let overwrite = Self::overwrite_orders_no_data(&mut tx, map.is_changed(), size_grew);
             let stored = map.store(self, &mut tx, &mut meta);
             Self::log_inode(&mut tx, inode, &mut meta);
             self.commit_inode(tx, &mut meta, overwrite && stored.is_ok())?;
@@ -728,25 +762,71 @@ impl Filesystem {
         }
     }
 
-    /// One background pass: writes back the oldest inodes while dirty bytes are over a
-    /// quarter of the cap or their pages are older than `EXPIRE`, for at most
-    /// `PASS_BUDGET`. Part of the daemon's background pass (`background_pass`).
-    pub fn write_back_background(&self) {
+    /// One background pass as of `now`: writes back the oldest inodes while their pages
+    /// have been dirty for `expire` (the commit window's half) or, for at most
+    /// `PASS_BUDGET`, while dirty bytes are over a quarter of the cap. Returns whether it
+    /// wrote anything back. Part of the background pass (`commit::commit_window_pass`).
+    pub(crate) fn write_back_background(&self, now: Instant, expire: Duration) -> bool {
         let started = Instant::now();
         let behind = &self.write_behind;
-        while started.elapsed() < PASS_BUDGET {
+        let mut wrote = false;
+        loop {
             let Some((since, inode)) = behind.list.lock().oldest() else {
-                return;
+                return wrote;
             };
-            if !behind.over_background() && since.elapsed() < EXPIRE {
-                return;
+            let expired = now.saturating_duration_since(since) >= expire;
+            let pressed = behind.over_background() && started.elapsed() < PASS_BUDGET;
+            if !expired && !pressed {
+                return wrote;
             }
+            wrote = true;
             if let Err(error) = self.settle(&inode) {
                 tracing::warn!(inode = inode.number, %error, "background writeback failed");
                 if self.check_writable().is_err() {
-                    return;
+                    return wrote;
                 }
             }
         }
+    }
+
+    /// Writes back the files a truncate emptied that hold cached data (the commit window
+    /// does this before it forces the log: the checkpoint that makes such a truncate
+    /// durable then holds the file's new data too, as far as it had arrived).
+    pub(crate) fn write_back_emptied(&self) {
+        let inodes: Vec<Arc<Inode>> = self.write_behind.list.lock().inodes();
+        for inode in inodes {
+            if !inode.data.lock().emptied_by_truncate {
+                continue;
+            }
+            match self.write_back_whole(&inode) {
+                // The force that follows makes the truncate durable with this data.
+                Ok(()) => inode.data.lock().emptied_by_truncate = false,
+                Err(error) => {
+                    tracing::warn!(inode = inode.number, %error, "writing back a rewritten file failed");
+                }
+            }
+        }
+    }
+
+    /// Writes the inode's cached data back and logs its size, if the logged size is behind
+    /// (what `fsync`, the last close of a file a truncate emptied and a rename over another
+    /// file do first, so the size they make durable covers the data).
+    pub(crate) fn write_back_whole(&self, handle: &Inode) -> Result<(), FsError> {
+        self.settle(handle)?;
+        let pages = handle.io.read();
+        let mut meta = handle.data.lock();
+        if !meta.size_not_logged() {
+            return Ok(());
+        }
+        let block_size = u64::from(self.geometry.block_size);
+        let logged_size = meta.disk_size;
+        meta.cover_written(pages.first_cached_byte(logged_size, block_size));
+        if meta.disk_size == logged_size {
+            return Ok(());
+        }
+        let mut tx = self.begin(Reservation::for_items(&self.geometry, 0, 0, 1, 0))?;
+        Self::log_inode(&mut tx, handle.number, &mut meta);
+        self.commit(tx, &mut [&mut meta])?;
+        Ok(())
     }
 }

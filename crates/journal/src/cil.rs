@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::time::Instant;
 
 use cairn_bufcache::{BufGuard, ReadSpec};
 use cairn_format::InodeNumber;
@@ -20,6 +21,9 @@ pub(crate) struct Context {
     /// Sum of the vectors' encoded sizes.
     pub(crate) items_bytes: u64,
     pub(crate) commits: u64,
+    /// When its first commit arrived: how long the oldest change not yet in a checkpoint
+    /// has waited (the filesystem's commit window forces the log by it).
+    pub(crate) first_commit_at: Option<Instant>,
     /// Whether a transaction in it orders earlier device writes: then the device is flushed
     /// between its data records and its commit record.
     pub(crate) orders_data: bool,
@@ -32,6 +36,7 @@ impl Context {
             items: BTreeMap::new(),
             items_bytes: 0,
             commits: 0,
+            first_commit_at: None,
             orders_data: false,
         }
     }

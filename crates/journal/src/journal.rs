@@ -283,6 +283,12 @@ impl Journal {
         self.inner.force(current)
     }
 
+    /// When the oldest commit not yet pushed into a checkpoint arrived (`None`: nothing
+    /// waits). The filesystem's commit window forces the log once it is old enough.
+    pub fn oldest_unpushed_commit(&self) -> Option<std::time::Instant> {
+        self.inner.cil.lock().current.first_commit_at
+    }
+
     /// Registers `hook`, called with a checkpoint's sequence each time one becomes durable
     /// (what online discard waits for: the frees it commits can no longer be undone). It
     /// runs on whichever thread completed the checkpoint, with no journal lock held, but

@@ -369,6 +369,9 @@ impl<'j> Transaction<'j> {
             logged += 1;
             cil.insert_done(id);
         }
+        if cil.current.commits == 0 {
+            cil.current.first_commit_at = Some(std::time::Instant::now());
+        }
         cil.current.commits += 1;
         cil.current.orders_data |= self.orders_data;
         let after = cil.current.charge(block);
