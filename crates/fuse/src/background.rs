@@ -1,24 +1,20 @@
 //! The daemon's background thread: it attaches to the core (`Filesystem::attach_background`)
 //! and waits on its signal (woken early when cached file data passes a quarter of the
-//! `data_cache` cap or a request hands over an inode reclaim pass, else once a second), then
-//! runs one pass (`Filesystem::background_pass`): writeback of the oldest cached files while
-//! the cache is that full or their data is a few seconds old, and the reclaim pass if one
-//! was handed over. Requests so never wait for either. It holds the core only during a
+//! `data_cache` cap or a request hands over an inode reclaim pass, else after a quarter of
+//! the commit window, a second at most), then runs one pass (`Filesystem::background_pass`):
+//! writeback of the oldest cached files while the cache is that full, the commit window's
+//! writeback and log force (`-o commit=`), and the reclaim pass if one was handed over. Requests so never wait for either. It holds the core only during a
 //! pass, which is short, so an unmount or online grow waits little for it; after a grow it
 //! attaches to the new core.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use cairn_fs::BackgroundSignal;
 use parking_lot::Mutex;
 
 use crate::core::CoreSlot;
-
-/// The longest wait between passes.
-const PASS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The running thread; dropping it stops the thread.
 #[derive(Debug)]
@@ -58,14 +54,20 @@ impl BackgroundThread {
 
 fn run(core: &CoreSlot, stop: &AtomicBool, waiting_on: &Mutex<Option<Arc<BackgroundSignal>>>) {
     while !stop.load(Ordering::Acquire) {
-        let Some(signal) = core.get().ok().map(|fs| fs.attach_background()) else {
+        // The commit window sets the longest wait between passes (a quarter of it, 1 s at
+        // most), so data and metadata are durable within the window without an fsync.
+        let Some((signal, interval)) = core
+            .get()
+            .ok()
+            .map(|fs| (fs.attach_background(), fs.background_interval()))
+        else {
             return;
         };
         *waiting_on.lock() = Some(Arc::clone(&signal));
         if stop.load(Ordering::Acquire) {
             break;
         }
-        signal.wait(PASS_INTERVAL);
+        signal.wait(interval);
         match core.get() {
             Ok(fs) => fs.background_pass(),
             Err(_) => return,

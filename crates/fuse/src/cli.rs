@@ -1,6 +1,6 @@
 //! The `cairn` command line: `cairn [-f] [-o OPTIONS] DEVICE MOUNTPOINT` (the form
-//! `mount.fuse3` uses, so `mount -t fuse.cairn` and fstab work), `cairn stats MOUNTPOINT`
-//! and `cairn man DIR`.
+//! `mount.fuse3` uses, so `mount -t fuse.cairn` and fstab work), `cairn stats MOUNTPOINT`,
+//! `cairn sync PATH`, `cairn trim`, `cairn grow` and `cairn man DIR`.
 //!
 //! Exit status: 0 mounted (or the subcommand succeeded); 1 the mount or subcommand failed
 //! (the message says why); 2 the command line was wrong.
@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::adapter::{GROW_XATTR_PREFIX, TRIM_XATTR_PREFIX};
+use crate::adapter::{GROW_XATTR_PREFIX, SYNC_XATTR, TRIM_XATTR_PREFIX};
 use crate::daemon::{self, MountRequest};
 use crate::options::{MountConfig, option_help_text};
 use crate::stats::STATS_XATTR;
@@ -56,6 +56,14 @@ pub enum Command {
         /// Where the filesystem is mounted.
         mountpoint: PathBuf,
     },
+    /// Make everything written to a mounted cairn filesystem durable, as sync(1) does on a
+    /// kernel filesystem (which cannot reach a FUSE daemon): the kernel's dirty pages are
+    /// handed to the daemon (syncfs), then the daemon writes its cached data back and forces
+    /// its log. Any user who can reach the mount may run it.
+    Sync {
+        /// Where the filesystem is mounted (or any path on it).
+        path: PathBuf,
+    },
     /// Discard every free extent of a mounted cairn filesystem (as fstrim does): an image
     /// file gets the space back, a thin or SSD device hears that it is unused. Root only.
     Trim {
@@ -96,6 +104,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     };
     let result = match &args.command {
         Some(Command::Stats { mountpoint }) => print_stats(mountpoint),
+        Some(Command::Sync { path }) => sync(path),
         Some(Command::Trim {
             mountpoint,
             minimum,
@@ -144,6 +153,45 @@ fn mount(args: &Args) -> ExitCode {
 
 fn parse_minimum(text: &str) -> Result<u64, String> {
     cairn_mkfs::size::parse_size(text)
+}
+
+/// `cairn sync PATH`: `syncfs` on the mount holding `path`, so the kernel's dirty pages
+/// reach the daemon, then the daemon's sync command on the mount's root.
+fn sync(path: &Path) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let root = mount_root(path).map_err(|error| format!("{}: {error}", path.display()))?;
+    let directory =
+        std::fs::File::open(&root).map_err(|error| format!("{}: {error}", root.display()))?;
+    // SAFETY: syncfs on a descriptor this function owns.
+    if unsafe { libc::syncfs(directory.as_raw_fd()) } != 0 {
+        let error = std::io::Error::last_os_error();
+        return Err(format!("{}: syncfs: {error}", root.display()));
+    }
+    read_root_xattr(&root, SYNC_XATTR).map_err(|error| match error.raw_os_error() {
+        Some(libc::ENODATA | libc::EOPNOTSUPP) => {
+            format!("{} is not on a cairn mount", path.display())
+        }
+        _ => format!("{}: {error} (see the daemon's log)", root.display()),
+    })?;
+    Ok(())
+}
+
+/// The root of the mount holding `path`: the highest directory above it on the same
+/// device.
+fn mount_root(path: &Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mut root = std::fs::canonicalize(path)?;
+    if !root.is_dir() {
+        root.pop();
+    }
+    let device = std::fs::metadata(&root)?.dev();
+    while let Some(parent) = root.parent() {
+        if std::fs::metadata(parent)?.dev() != device {
+            break;
+        }
+        root = parent.to_path_buf();
+    }
+    Ok(root)
 }
 
 /// Trims the free space of the cairn mount at `mountpoint` and prints what it discarded.

@@ -35,6 +35,8 @@ pub const DIRTY_RATIO_DEFAULT: u8 = 10;
 /// Default attribute and entry timeout. The daemon is the only writer of the device, and
 /// the kernel invalidates what its own requests change, so a long timeout is safe.
 pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// Longest commit window accepted (`commit=`): an hour.
+pub const COMMIT_MAX: Duration = Duration::from_secs(3600);
 /// Default write-behind cache (`data_cache=`): 256 MiB, at most an eighth of the memory.
 pub const DATA_CACHE_DEFAULT_BYTES: u64 = 256 << 20;
 
@@ -188,8 +190,9 @@ const IGNORED: [&str; 14] = [
 ];
 
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 16] = [
+const VALUE_OPTIONS: [&str; 17] = [
     "logmode",
+    "commit",
     "cache_size",
     "data_cache",
     "allocsize",
@@ -283,6 +286,7 @@ impl MountConfig {
         };
         match name {
             "logmode" => self.fs.log_mode = parse_log_mode(value).map_err(bad)?,
+            "commit" => self.fs.commit_interval_ms = parse_commit(value).map_err(bad)?,
             "cache_size" => self.fs.cache_bytes = Some(parse_size(value).map_err(bad)?),
             "data_cache" => self.fs.data_cache = parse_size(value).map_err(bad)?,
             "allocsize" => self.fs.alloc_size = Some(parse_alloc_size(value).map_err(bad)?),
@@ -316,6 +320,21 @@ fn parse_log_mode(value: &str) -> Result<LogMode, String> {
         "delayed" => Ok(LogMode::Delayed),
         "sync" => Ok(LogMode::Sync),
         _ => Err(format!("'{value}' is not a log mode (delayed or sync)")),
+    }
+}
+
+/// `commit=SECONDS`, the commit window (whole or fractional seconds, as ext4's `commit=`
+/// takes whole ones); 0 means the default, as on ext4.
+fn parse_commit(value: &str) -> Result<u64, String> {
+    let most = COMMIT_MAX.as_secs();
+    match value.parse::<f64>() {
+        Ok(0.0) => Ok(cairn_fs::COMMIT_INTERVAL_MS_DEFAULT),
+        Ok(seconds) if seconds.is_finite() && (0.01..=most as f64).contains(&seconds) => {
+            Ok((seconds * 1000.0).round() as u64)
+        }
+        _ => Err(format!(
+            "'{value}' is not a number of seconds (0.01 to {most}; 0 for the default)"
+        )),
     }
 }
 
@@ -533,6 +552,32 @@ pub fn option_help_text() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // commit= takes seconds (fractions too) and 0 for the default, as ext4's; nonsense,
+    // negative and too long windows are refused with the option named.
+    #[test]
+    fn commit_window_parses_in_seconds() {
+        let window = |list: &str| MountConfig::parse([list]).map(|c| c.fs.commit_interval_ms);
+        assert_eq!(MountConfig::default().fs.commit_interval_ms, 5_000);
+        assert_eq!(window("commit=1"), Ok(1_000));
+        assert_eq!(window("commit=0.5"), Ok(500));
+        assert_eq!(window("commit=60"), Ok(60_000));
+        assert_eq!(window("commit=0"), Ok(cairn_fs::COMMIT_INTERVAL_MS_DEFAULT));
+        for bad in [
+            "commit=-1",
+            "commit=x",
+            "commit=3601",
+            "commit=nan",
+            "commit=0.001",
+        ] {
+            let error = window(bad).unwrap_err().to_string();
+            assert!(error.contains("'commit'"), "{bad}: {error}");
+        }
+        assert!(matches!(
+            window("commit"),
+            Err(OptionError::MissingValue(_))
+        ));
+    }
 
     // Filesystem, FUSE and generic options land in the right fields; several lists add up.
     #[test]

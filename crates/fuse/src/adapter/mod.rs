@@ -10,7 +10,7 @@ mod node;
 mod ops;
 mod xattr;
 
-pub use xattr::{GROW_XATTR_PREFIX, TRIM_XATTR_PREFIX};
+pub use xattr::{GROW_XATTR_PREFIX, SYNC_XATTR, TRIM_XATTR_PREFIX};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

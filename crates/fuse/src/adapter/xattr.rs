@@ -20,6 +20,13 @@ pub const TRIM_XATTR_PREFIX: &str = "system.cairn.trim.";
 /// `old_blocks`, `new_blocks`, `old_ags`, `new_ags` and `block_size` lines.
 pub const GROW_XATTR_PREFIX: &str = "system.cairn.grow.";
 
+/// The sync command: `getxattr` of `system.cairn.sync` on the mount's root writes every
+/// file's cached data back and forces the log (`Filesystem::sync`), then answers
+/// `written_back_bytes: N`. Anyone who can reach the mount may run it, as anyone may call
+/// `sync(2)`; `cairn sync` first calls `syncfs` so the kernel's dirty pages arrive. The
+/// kernel sends `FUSE_SYNCFS` to virtiofs servers only, so this is how `sync` reaches us.
+pub const SYNC_XATTR: &str = "system.cairn.sync";
+
 /// The size answered to a size query of a command, which runs nothing (tools ask for the
 /// size first; the real call then runs it once).
 const COMMAND_REPLY_BYTES_MAX: usize = 128;
@@ -82,6 +89,12 @@ impl CairnFs {
             let stats = self.fs().ok()?.stats();
             return Some(Ok(render(&stats, &self.requests).into_bytes()));
         }
+        if name == SYNC_XATTR {
+            return Some(match size {
+                0 => Ok(vec![b' '; COMMAND_REPLY_BYTES_MAX]),
+                _ => self.sync_command(),
+            });
+        }
         let name = name.to_str()?;
         let (grow, argument) = match name.strip_prefix(GROW_XATTR_PREFIX) {
             Some(bytes) => (true, bytes),
@@ -123,6 +136,20 @@ impl CairnFs {
         Ok(text.into_bytes())
     }
 
+    /// Runs the sync command: everything received so far made durable.
+    fn sync_command(&self) -> Result<Vec<u8>, Errno> {
+        let fs = self.fs().map_err(|error| error.to_errno())?;
+        let before = fs.stats().write_behind.written_back_bytes;
+        if !fs.options().read_only {
+            fs.sync().map_err(|error| {
+                tracing::warn!(%error, "cairn sync failed");
+                error.to_errno()
+            })?;
+        }
+        let written = fs.stats().write_behind.written_back_bytes - before;
+        Ok(format!("written_back_bytes: {written}\n").into_bytes())
+    }
+
     /// Runs the trim command with the minimum extent size `minimum` (bytes).
     fn trim_command(&self, minimum: u64) -> Result<Vec<u8>, Errno> {
         let report = self
@@ -145,6 +172,7 @@ mod tests {
     #[test]
     fn reserved_names() {
         assert!(is_reserved(OsStr::new(STATS_XATTR)));
+        assert!(is_reserved(OsStr::new(SYNC_XATTR)));
         assert!(is_reserved(OsStr::new("system.cairn.other")));
         assert!(is_reserved(OsStr::new(&format!("{TRIM_XATTR_PREFIX}0"))));
         assert!(!is_reserved(OsStr::new("user.cairn.stats")));
