@@ -106,10 +106,10 @@ impl Model {
         self.names.get(path).copied()
     }
 
-    /// Records a new state of `id` at `step`.
-    pub fn set_state(&mut self, id: NodeId, step: usize, content: Vec<u8>, xattrs: Xattrs) {
+    /// Records a new state of `id` at `step` (`None`: in the setup, before the workload).
+    pub fn set_state(&mut self, id: NodeId, step: Option<usize>, content: Vec<u8>, xattrs: Xattrs) {
         self.nodes[id].versions.push(Version {
-            step: Some(step),
+            step,
             content: Arc::new(content),
             xattrs: Arc::new(xattrs),
         });

@@ -70,6 +70,19 @@ pub enum Op {
     /// effect depends on time: data older than half the window goes too, and the log is
     /// forced if a commit has waited that long, so a very slow run may do more.
     Writeback,
+    /// The commit window passes with no `fsync`: one background pass as of a window and a
+    /// margin later (`Filesystem::background_pass_at`). Promises what `Sync` does: whatever
+    /// the filesystem received that long ago is durable (`-o commit=`).
+    Wait,
+    /// How programs rewrite a file in place: `open(path, O_TRUNC)`, write `len` bytes of the
+    /// pattern of write `id` at 0, close. The model holds the emptied file only for the
+    /// step: the last close writes the new data back, so a crash shows the old content or
+    /// the new, unless a checkpoint completed inside the step (see the oracle).
+    Rewrite {
+        path: Path,
+        len: u64,
+        id: u64,
+    },
     /// `lseek(path, 0, SEEK_HOLE)`: reads the mapping, so with write-behind on it writes the
     /// file's cached pages back first. No effect on the model and no promise.
     SeekHole(Path),
@@ -85,7 +98,7 @@ impl Op {
     pub fn is_persist(&self) -> bool {
         matches!(
             self,
-            Self::Fsync(_) | Self::Fdatasync(_) | Self::Sync | Self::Unmount
+            Self::Fsync(_) | Self::Fdatasync(_) | Self::Sync | Self::Wait | Self::Unmount
         )
     }
 
@@ -100,6 +113,7 @@ impl Op {
             | Self::Fdatasync(path)
             | Self::Write { path, .. }
             | Self::WriteDirect { path, .. }
+            | Self::Rewrite { path, .. }
             | Self::SeekHole(path)
             | Self::Truncate { path, .. }
             | Self::Symlink { path, .. }
@@ -107,7 +121,7 @@ impl Op {
             | Self::RemoveXattr { path, .. }
             | Self::Fallocate { path, .. } => path,
             Self::Link { to, .. } | Self::Rename { to, .. } => to,
-            Self::Sync | Self::Unmount | Self::Writeback => "",
+            Self::Sync | Self::Wait | Self::Unmount | Self::Writeback => "",
         }
     }
 }
@@ -142,6 +156,8 @@ impl fmt::Display for Op {
                 path, offset, len, ..
             } => write!(f, "write_direct({path}, {offset}, {len})"),
             Self::Writeback => write!(f, "writeback"),
+            Self::Wait => write!(f, "wait"),
+            Self::Rewrite { path, len, .. } => write!(f, "rewrite({path}, {len})"),
             Self::SeekHole(path) => write!(f, "seek_hole({path})"),
             Self::Truncate { path, size } => write!(f, "truncate({path}, {size})"),
             Self::Link { from, to } => write!(f, "link({from}, {to})"),
@@ -198,6 +214,7 @@ pub fn valid(model: &Model, op: &Op) -> bool {
         Op::Create(path) | Op::Mkdir(path) | Op::Symlink { path, .. } => fresh(model, path),
         Op::Write { path, .. }
         | Op::WriteDirect { path, .. }
+        | Op::Rewrite { path, .. }
         | Op::Truncate { path, .. }
         | Op::SeekHole(path) => file(path),
         Op::Link { from, to } => file(from) && fresh(model, to),
@@ -222,7 +239,7 @@ pub fn valid(model: &Model, op: &Op) -> bool {
         }),
         Op::Fallocate { path, .. } => file(path),
         Op::Fsync(path) | Op::Fdatasync(path) => kind_at(model, path).is_some(),
-        Op::Sync | Op::Unmount | Op::Writeback => true,
+        Op::Sync | Op::Wait | Op::Unmount | Op::Writeback => true,
     }
 }
 
@@ -312,7 +329,8 @@ fn fallocated(content: &[u8], offset: u64, len: u64, mode: FallocateMode) -> Vec
 /// Applies `op` (valid on `model`) at `step`; `inode` is the real inode of a new node.
 /// Returns the node the op created or changed, if any.
 pub fn apply(model: &mut Model, op: &Op, step: Option<usize>, inode: u64) -> Option<NodeId> {
-    let at = step.unwrap_or(0);
+    // Setup changes are recorded before every step (`None`), not at the first one.
+    let at = step;
     match op {
         Op::Create(path) => Some(model.add(path, NodeKind::File, inode, step)),
         Op::Mkdir(path) => Some(model.add(path, NodeKind::Dir, inode, step)),
@@ -342,6 +360,14 @@ pub fn apply(model: &mut Model, op: &Op, step: Option<usize>, inode: u64) -> Opt
             }
             content[*offset as usize..end].copy_from_slice(&pattern(*id, *offset, *len as usize));
             model.set_state(node, at, content, current.xattrs.as_ref().clone());
+            Some(node)
+        }
+        Op::Rewrite { path, len, id } => {
+            let node = model.node_at(path)?;
+            let xattrs = model.nodes[node].current().xattrs.as_ref().clone();
+            // The emptied file, then the new content, both at this step.
+            model.set_state(node, at, Vec::new(), xattrs.clone());
+            model.set_state(node, at, pattern(*id, 0, *len as usize), xattrs);
             Some(node)
         }
         Op::Truncate { path, size } => {
@@ -396,7 +422,7 @@ pub fn apply(model: &mut Model, op: &Op, step: Option<usize>, inode: u64) -> Opt
             Some(node)
         }
         Op::Fsync(path) | Op::Fdatasync(path) => model.node_at(path),
-        Op::Sync | Op::Unmount | Op::Writeback | Op::SeekHole(_) => None,
+        Op::Sync | Op::Wait | Op::Unmount | Op::Writeback | Op::SeekHole(_) => None,
     }
 }
 

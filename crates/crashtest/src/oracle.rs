@@ -15,11 +15,17 @@
 //!   ancestor that no persist covered may be lost, so the entry is checked wherever the
 //!   recovered tree holds the directory (sync's promises are whole paths);
 //! - a promise about a path or an entry lapses when a later step that may have reached the
-//!   device changed it; a promise about contents then widens to any later version.
+//!   device changed it; a promise about contents then widens to any later version;
+//! - `wait` (the commit window passing) promises what `sync` does;
+//! - the replace patterns (ext4's `auto_da_alloc`, which cairn follows): a file renamed over
+//!   a regular file shows, where the rename left it, its content as of the rename or later
+//!   (never the emptier versions before, which a crash could show under its old name);
+//!   a rewrite (`open(O_TRUNC)`, write, close in one step) never shows the emptied file
+//!   unless a checkpoint completed inside the step (a device flush in it: `logmode=sync`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cairn_fs::FileKind;
+use cairn_fs::{FileKind, RenameMode};
 
 use crate::model::{NodeId, NodeKind, Path, Version, join, name_of, parent_of};
 use crate::op::Op;
@@ -50,6 +56,9 @@ pub struct Expectation<'a> {
     contents: BTreeMap<NodeId, usize>,
     /// Node -> step from which its extended attributes are promised.
     xattrs: BTreeMap<NodeId, usize>,
+    /// (Path, node) -> step of a rename that moved the file there over a regular file: its
+    /// contents there are promised from that step (see the module comment).
+    replaced: BTreeMap<(Path, NodeId), usize>,
 }
 
 fn kind_matches(kind: NodeKind, seen: FileKind) -> bool {
@@ -77,11 +86,16 @@ impl<'a> Expectation<'a> {
             absent_entries: BTreeMap::new(),
             contents: BTreeMap::new(),
             xattrs: BTreeMap::new(),
+            replaced: BTreeMap::new(),
         };
         for (index, step) in trace.steps.iter().enumerate() {
             if step.op.is_persist() && step.end_flush <= flush_index {
                 expectation.promise(index);
             }
+        }
+        let reached = last_step.map_or(0, |step| step + 1);
+        for index in 0..reached {
+            expectation.note_replacing_rename(index);
         }
         expectation.drop_lapsed();
         expectation
@@ -108,7 +122,7 @@ impl<'a> Expectation<'a> {
         let names = self.names_at(Some(step)).clone();
         let model = &self.trace.model;
         match &record.op {
-            Op::Sync | Op::Unmount => {
+            Op::Sync | Op::Wait | Op::Unmount => {
                 for (path, node) in &names {
                     self.required.insert(path.clone(), (*node, step));
                     self.contents.insert(*node, step);
@@ -137,6 +151,29 @@ impl<'a> Expectation<'a> {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Records the files a rename at `step` moved over regular files (see `replaced`).
+    fn note_replacing_rename(&mut self, step: usize) {
+        let Op::Rename { from, to, mode } = &self.trace.steps[step].op else {
+            return;
+        };
+        let before = self.names_at(step.checked_sub(1)).clone();
+        let after = self.names_at(Some(step)).clone();
+        let is_file = |node: NodeId| self.trace.model.nodes[node].kind == NodeKind::File;
+        let mut moves = vec![(to, from)];
+        if *mode == RenameMode::Exchange {
+            moves.push((from, to));
+        }
+        for (landed, left) in moves {
+            let (Some(&replaced), Some(&moved)) = (before.get(landed), after.get(landed)) else {
+                continue;
+            };
+            if *mode != RenameMode::NoReplace && is_file(replaced) && is_file(moved) {
+                debug_assert_eq!(before.get(left), Some(&moved));
+                self.replaced.insert((landed.clone(), moved), step);
+            }
         }
     }
 
@@ -244,22 +281,37 @@ impl<'a> Expectation<'a> {
     }
 
     /// The versions of `node` the recovered state may come from, given the promises made
-    /// about that part of its state (`contents` or `xattrs`).
+    /// about that part of its state (`contents` or `xattrs`) and, for contents, a promise
+    /// from step `since` (a replacing rename). A version its own step replaced (a
+    /// rewrite's emptied file) counts only if that step completed a device flush: without
+    /// one no checkpoint holding it can be whole on the device.
     fn allowed_versions(
         &self,
         node: NodeId,
         promised: &BTreeMap<NodeId, usize>,
+        since: Option<usize>,
     ) -> Vec<&'a Version> {
-        let versions = &self.trace.model.nodes[node].versions;
-        let first = match promised.get(&node) {
-            Some(&since) => self.trace.model.nodes[node]
-                .version_at(Some(since))
-                .unwrap_or(0),
-            None => 0,
+        let model_node = &self.trace.model.nodes[node];
+        let versions = &model_node.versions;
+        let first_at = |step: Option<usize>| {
+            step.and_then(|step| model_node.version_at(Some(step)))
+                .unwrap_or(0)
         };
-        versions[first..]
-            .iter()
-            .filter(|version| version.step <= self.last_step)
+        let first = first_at(promised.get(&node).copied()).max(first_at(since));
+        let transient = |index: usize| {
+            let step = versions[index].step;
+            versions
+                .get(index + 1)
+                .is_some_and(|next| next.step == step)
+                && step.is_some_and(|at| {
+                    let record = &self.trace.steps[at];
+                    matches!(record.op, Op::Rewrite { .. })
+                        && record.start_flush == record.end_flush
+                })
+        };
+        (first..versions.len())
+            .filter(|&index| versions[index].step <= self.last_step && !transient(index))
+            .map(|index| &versions[index])
             .collect()
     }
 
@@ -320,7 +372,8 @@ impl<'a> Expectation<'a> {
             }
             let verdict = match model_node.kind {
                 NodeKind::File => {
-                    let versions = self.allowed_versions(node, &self.contents);
+                    let since = self.replaced.get(&(path.to_string(), node)).copied();
+                    let versions = self.allowed_versions(node, &self.contents, since);
                     content_ok(&seen.content, &versions, self.trace.write_behind)
                         .and_then(|()| self.xattrs_ok(node, seen))
                 }
@@ -388,7 +441,7 @@ impl Expectation<'_> {
 
     /// The recovered attributes equal those of one allowed version (each change is atomic).
     fn xattrs_ok(&self, node: NodeId, seen: &crate::walk::Seen) -> Result<(), String> {
-        let versions = self.allowed_versions(node, &self.xattrs);
+        let versions = self.allowed_versions(node, &self.xattrs, None);
         if versions.iter().any(|v| *v.xattrs == seen.xattrs) {
             return Ok(());
         }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cairn_blockdev::MemDevice;
 use cairn_fs::{Credentials, FileKind, Filesystem, FsError, SeekKind, SetAttr, XattrFlags};
@@ -11,6 +12,10 @@ use crate::CrashError;
 use crate::image::WorkloadMount;
 use crate::model::{Model, NodeId, Path, name_of, parent_of, pattern};
 use crate::op::{self, Op};
+
+/// How much later than the commit window `Op::Wait`'s pass runs: the window's promise is
+/// for what arrived longer ago than the window.
+const WAIT_MARGIN: Duration = Duration::from_secs(1);
 
 /// What the explorer needs to know about one executed step.
 #[derive(Debug, Clone)]
@@ -114,6 +119,20 @@ pub fn perform(fs: &Filesystem, op: &Op) -> Result<u64, FsError> {
         }
         Op::Writeback => {
             fs.background_pass();
+            Ok(0)
+        }
+        Op::Wait => {
+            fs.background_pass_at(Instant::now() + fs.commit_window() + WAIT_MARGIN);
+            Ok(0)
+        }
+        Op::Rewrite { path, len, id } => {
+            let inode = resolve(fs, path)?;
+            let file = fs.open(inode, true, true, false, &who)?;
+            let written = fs.write(inode, 0, &pattern(*id, 0, *len as usize));
+            fs.release(file)?;
+            if u64::from(written?) != *len {
+                return Err(FsError::InvalidArgument("short write"));
+            }
             Ok(0)
         }
         Op::SeekHole(path) => match fs.seek(resolve(fs, path)?, 0, SeekKind::Hole) {
@@ -235,11 +254,12 @@ pub fn run_with(
 
 /// Write-behind's books on the live filesystem after `done`: no writeback failed (the
 /// device never fails and space never runs out in these runs, so a failure would lose an
-/// acknowledged write), and after a `sync` no page and no reservation is left (a leaked
+/// acknowledged write), and after a `sync` or a `wait` no page and no reservation is left (a leaked
 /// reservation would shrink the free space for good).
 fn check_write_behind(fs: &Filesystem, done: &Op) -> Result<(), CrashError> {
     let stats = fs.stats().write_behind;
-    let leaked = *done == Op::Sync && (stats.dirty_bytes > 0 || stats.reserved_blocks > 0);
+    let synced = matches!(done, Op::Sync | Op::Wait);
+    let leaked = synced && (stats.dirty_bytes > 0 || stats.reserved_blocks > 0);
     if stats.lost_writebacks == 0 && !leaked {
         return Ok(());
     }

@@ -31,6 +31,14 @@ fn write_direct(path: &str, offset: u64, len: u64) -> Op {
     }
 }
 
+fn rewrite(path: &str, len: u64) -> Op {
+    Op::Rewrite {
+        path: path.into(),
+        len,
+        id: 0,
+    }
+}
+
 fn link(from: &str, to: &str) -> Op {
     Op::Link {
         from: from.into(),
@@ -73,6 +81,7 @@ pub fn op_templates() -> Vec<Op> {
         write("foo", 40000, 100),
         write("A/bar", 5000, 2000),
         truncate("foo", 0),
+        rewrite("foo", 6000),
         truncate("foo", 5000),
         truncate("foo", 30000),
         truncate("A/bar", 4096),
@@ -128,7 +137,8 @@ pub fn op_templates() -> Vec<Op> {
 }
 
 /// The persistence calls that may follow `done` on `model` (which it was applied to):
-/// fsync and fdatasync of the path it touched, fsync of that path's directory, and sync.
+/// fsync and fdatasync of the path it touched, fsync of that path's directory, sync, and
+/// the commit window passing.
 pub fn persist_choices(model: &Model, done: &Op) -> Vec<Op> {
     let path = done.primary_path();
     let mut choices = Vec::new();
@@ -146,13 +156,18 @@ pub fn persist_choices(model: &Model, done: &Op) -> Vec<Op> {
         choices.push(Op::Fsync(parent_of(from).into()));
     }
     choices.push(Op::Sync);
+    choices.push(Op::Wait);
     choices
 }
 
 /// Gives every write and attribute value of `ops` its own pattern id.
 fn number_writes(ops: &mut [Op]) {
     for (index, step) in ops.iter_mut().enumerate() {
-        if let Op::Write { id, .. } | Op::WriteDirect { id, .. } | Op::SetXattr { id, .. } = step {
+        if let Op::Write { id, .. }
+        | Op::WriteDirect { id, .. }
+        | Op::Rewrite { id, .. }
+        | Op::SetXattr { id, .. } = step
+        {
             *id = 1000 + index as u64;
         }
     }
@@ -426,6 +441,64 @@ pub fn write_behind() -> Vec<Workload> {
     out
 }
 
+/// The patterns of issue 34, nothing `fsync`ed but another file: new files written and
+/// logged again by an attribute change; files replaced by a temporary renamed over them
+/// (the editor's save) and by an exchange; a rewrite in place (`O_TRUNC`, write, close);
+/// and the same changes left for the commit window. Each ends with another file's fsync,
+/// nothing, a sync or a wait. The oracle checks each file is a prefix of a content it had,
+/// and that a replaced file shows its old content or its new one, whole.
+pub fn replace_patterns() -> Vec<Workload> {
+    let replace = |target: &str, temporary: &str, len| {
+        vec![
+            Op::Create(temporary.into()),
+            write(temporary, 0, len),
+            rename(temporary, target, RenameMode::Replace),
+        ]
+    };
+    let mut saved = replace("foo", "foo.tmp", 9000);
+    saved.extend(replace("A/bar", "A/bar.tmp", 100));
+    let mut new_files = Vec::new();
+    for name in ["n1", "A/n2", "B/n3"] {
+        new_files.extend([
+            Op::Create(name.into()),
+            write(name, 0, 20),
+            setxattr(name, "user.t", 8),
+        ]);
+    }
+    let exchanged = vec![
+        Op::Create("swap".into()),
+        write("swap", 0, 5000),
+        rename("swap", "foo", RenameMode::Exchange),
+    ];
+    let rewritten = vec![rewrite("foo", 7000), write("A/bar", 6000, 3000)];
+    let bodies = [saved, new_files, exchanged, rewritten];
+    let ends = [
+        Some(Op::Fsync("E".into())),
+        None,
+        Some(Op::Sync),
+        Some(Op::Wait),
+    ];
+    let mut out = Vec::new();
+    for body in bodies {
+        for end in &ends {
+            let mut ops = body.clone();
+            if matches!(end, Some(Op::Fsync(_))) {
+                // Another program's file, fsynced: the log is forced with everything.
+                ops.extend([Op::Create("E/other".into()), write("E/other", 0, 10)]);
+                ops.push(Op::Fsync("E/other".into()));
+            } else {
+                ops.extend(end.clone());
+            }
+            out.push(workload(ops));
+        }
+    }
+    debug_assert!(
+        out.iter()
+            .all(|w| try_apply(&setup_model(), &w.ops).is_some())
+    );
+    out
+}
+
 /// A small deterministic generator (splitmix64) for random workloads.
 #[derive(Debug, Clone)]
 pub struct Rng(pub u64);
@@ -539,17 +612,21 @@ pub fn random(seed: u64, len: usize) -> Workload {
 }
 
 /// One random op for a write-behind run: a third of the time a large write (several
-/// blocks, often past the end), an `O_DIRECT` write, a background writeback pass or a
-/// seek; otherwise one of `random_op`'s.
+/// blocks, often past the end), an `O_DIRECT` write, a background writeback pass, a
+/// rewrite in place, the commit window passing, a rename over an existing name or a seek;
+/// otherwise one of `random_op`'s.
 fn random_write_behind_op(rng: &mut Rng, model: &Model) -> Op {
     if rng.below(3) != 0 {
         return random_op(rng, model);
     }
     let path = existing_path(rng, model);
-    match rng.below(6) {
+    match rng.below(9) {
         0..=2 => write(&path, rng.below(96 * 1024), 1 + rng.below(40 * 1024)),
         3 => write_direct(&path, rng.below(48 * 1024), 1 + rng.below(12 * 1024)),
         4 => Op::Writeback,
+        5 => rewrite(&path, rng.below(20 * 1024)),
+        6 => Op::Wait,
+        7 => rename(&existing_path(rng, model), &path, RenameMode::Replace),
         _ => Op::SeekHole(path),
     }
 }

@@ -82,6 +82,24 @@ fn crash_write_behind_large_cap() {
     judge("write-behind, large cap", &tally);
 }
 
+// Explores the patterns of issue 34 (new files, a save by rename, an exchange, a rewrite
+// in place, each ended by another file's fsync, nothing, a sync or the commit window) with
+// both caps and with a sync log: a file comes back as a prefix of a content it had, a
+// replaced file with its old content or its new one, whole; what the window covered is
+// all there.
+#[test]
+fn crash_replace_patterns() {
+    let patterns = workload::replace_patterns();
+    let mut tally = suite::crash_run(&patterns, &config(LARGE_DATA_CACHE_BYTES, false)).unwrap();
+    let small = suite::crash_run(&patterns, &config(SMALL_DATA_CACHE_BYTES, false)).unwrap();
+    suite::merge(&mut tally, small);
+    let synced: Vec<_> = patterns.iter().step_by(3).cloned().collect();
+    let synced = suite::crash_run(&synced, &config(LARGE_DATA_CACHE_BYTES, true)).unwrap();
+    suite::merge(&mut tally, synced);
+    assert!(tally.crash_states > 200, "{}", tally.summary());
+    judge("replace patterns", &tally);
+}
+
 // Checks that the workloads reach the cache (so the exploration above is not vacuous): with
 // the large cap data is still dirty after the writes, and with the small cap the writer
 // over it wrote the oldest file back first.
