@@ -802,7 +802,8 @@ impl Filesystem {
                 // The force that follows makes the truncate durable with this data.
                 Ok(()) => inode.data.lock().emptied_by_truncate = false,
                 Err(error) => {
-                    tracing::warn!(inode = inode.number, %error, "writing back a rewritten file failed");
+                    let inode = inode.number;
+                    tracing::warn!(inode, %error, "writing back a rewritten file failed");
                 }
             }
         }

@@ -3,9 +3,10 @@
 //! `data_cache` cap or a request hands over an inode reclaim pass, else after a quarter of
 //! the commit window, a second at most), then runs one pass (`Filesystem::background_pass`):
 //! writeback of the oldest cached files while the cache is that full, the commit window's
-//! writeback and log force (`-o commit=`), and the reclaim pass if one was handed over. Requests so never wait for either. It holds the core only during a
-//! pass, which is short, so an unmount or online grow waits little for it; after a grow it
-//! attaches to the new core.
+//! writeback and log force (`-o commit=`), and the reclaim pass if one was handed over.
+//! Requests so never wait for any of it. It holds the core only during a pass, which is
+//! short, so an unmount or online grow waits little for it; after a grow it attaches to the
+//! new core.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

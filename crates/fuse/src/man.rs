@@ -46,6 +46,17 @@ fn mount_options_section() -> Roff {
          requests by type. They are read as the extended attribute system.cairn.stats of \
          the mount's root, so any user who can see the mount can read them.",
     )]);
+    roff.control("SH", ["DURABILITY"]);
+    roff.text([roman(
+        "fsync and fdatasync make a file durable when they return. The kernel does not \
+         pass sync(2) or syncfs(2) on to a FUSE daemon, so cairn keeps its own promise: \
+         whatever the daemon received longer ago than the commit window (-o commit=, 5 \
+         seconds by default) is durable without an fsync, and cairn sync PATH makes \
+         everything written so far durable at once (it calls syncfs first, which hands the \
+         kernel's cached pages to the daemon). A crash shows a file that was not fsynced \
+         shorter than written or absent, never with bytes nobody wrote; a file replaced by \
+         rename shows its old content or its new one.",
+    )]);
     roff.control("SH", ["UNMOUNTING"]);
     roff.text([roman(
         "As root, cairn mounts as fuseblk over a loop device it attaches itself, so the \
@@ -58,8 +69,9 @@ fn mount_options_section() -> Roff {
 }
 
 /// Subcommands of cairn and the names of their pages.
-const SUBCOMMAND_PAGES: [(&str, &str); 4] = [
+const SUBCOMMAND_PAGES: [(&str, &str); 5] = [
     ("stats", "cairn-stats"),
+    ("sync", "cairn-sync"),
     ("trim", "cairn-trim"),
     ("grow", "cairn-grow"),
     ("man", "cairn-man"),

@@ -447,6 +447,10 @@ pub const OPTION_HELP: &[(&str, &str)] = &[
         "delayed logging (default) or a checkpoint per commit",
     ),
     (
+        "commit=SECONDS",
+        "what the daemon received this long ago is durable without fsync (default 5)",
+    ),
+    (
         "cache_size=SIZE",
         "memory limit of the metadata buffer cache",
     ),
