@@ -120,8 +120,10 @@ impl Filesystem {
             new_name,
             mode,
         };
-        let serial = self.rename_lock.lock();
+        // Before the rename lock: the writeback takes no lock a rename needs, and renames
+        // of other files need not wait for this one's data.
         self.write_back_replacement(&request);
+        let serial = self.rename_lock.lock();
         for _ in 0..RENAME_RETRIES_MAX {
             let Some(done) = self.rename_once(&request, who)? else {
                 continue;
@@ -145,7 +147,8 @@ impl Filesystem {
     /// transaction commits after them: a crash that keeps the rename keeps that data, and
     /// the name shows the old file or the new one, complete (ext4's `auto_da_alloc`; the
     /// editor's write-to-temporary-then-rename). Best effort: a failure is kept for the
-    /// file's next `fsync`, and the rename goes on.
+    /// file's next `fsync`, and the rename goes on (as do writes to the file meanwhile,
+    /// which a crash may then lose, as any unsynced write).
     fn write_back_replacement(&self, request: &Request<'_>) {
         let replaced = match self.lookup_number(request.new_parent, request.new_name) {
             Ok(target) if request.mode != RenameMode::NoReplace => target,
