@@ -125,8 +125,8 @@ fn run(bounds: Bounds) -> Result<Tally, CrashError> {
     Ok(tally)
 }
 
-/// The crash runs again on mounts with write-behind: the write-behind workloads and random
-/// ones with a small cap (writers over it write back mid-workload) and a large one (data
+/// The crash runs again on mounts with write-behind: the write-behind workloads, the replace
+/// patterns and random ones with a small cap (writers over it write back mid-workload) and a large one (data
 /// stays in memory until an op writes it back), the one- and two-op workloads with the
 /// large cap, the write-behind workloads with every transaction durable at its commit (so
 /// crash points fall inside a writeback), then the out-of-space rounds with write-behind.
@@ -140,6 +140,7 @@ fn write_behind_pass(stride: usize, config: &ExploreConfig) -> Result<Tally, Cra
     let randoms = (0..(RANDOM_WORKLOADS / stride as u64).max(1))
         .map(|seed| workload::random_write_behind(seed, RANDOM_LEN));
     let mut mixed = targeted.clone();
+    mixed.extend(workload::replace_patterns());
     mixed.extend(randoms);
     let mut tally = Tally::default();
     let mut explore = |what: &str, workloads: &[workload::Workload], cap, log_sync| {
