@@ -6,8 +6,8 @@
 //!
 //! Each background pass (the daemon runs one at least every `background_interval`, a
 //! quarter of the window, capped at 1 s) writes back cached data that has been dirty for
-//! half the window, and then forces the log if it wrote anything or if the oldest commit not
-//! yet in a checkpoint has waited half the window. So a change received at time t is written
+//! half the window, and then forces the log if it wrote such data or if the oldest commit
+//! not yet in a checkpoint has waited half the window. So a change received at time t is written
 //! and forced by a pass that starts before t + window/2 + interval, and durable when that
 //! pass's I/O ends: about t + 3.5 s plus the I/O with the default 5 s window.
 //!
@@ -46,11 +46,13 @@ impl Filesystem {
             return;
         }
         let half = self.commit_window() / 2;
-        let wrote = self.write_back_background(now, half);
+        // Writeback for the cache's fill alone forces nothing: its commits are forced when
+        // they have waited half the window, as any other.
+        let wrote_expired = self.write_back_background(now, half);
         let Some(oldest) = self.journal.oldest_unpushed_commit() else {
             return;
         };
-        if !wrote && now.saturating_duration_since(oldest) < half {
+        if !wrote_expired && now.saturating_duration_since(oldest) < half {
             return;
         }
         self.write_back_emptied();

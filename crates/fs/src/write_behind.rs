@@ -765,25 +765,26 @@ impl Filesystem {
     /// One background pass as of `now`: writes back the oldest inodes while their pages
     /// have been dirty for `expire` (the commit window's half) or, for at most
     /// `PASS_BUDGET`, while dirty bytes are over a quarter of the cap. Returns whether it
-    /// wrote anything back. Part of the background pass (`commit::commit_window_pass`).
+    /// wrote back data that had waited `expire` (which the commit window then forces).
+    /// Part of the background pass (`commit::commit_window_pass`).
     pub(crate) fn write_back_background(&self, now: Instant, expire: Duration) -> bool {
         let started = Instant::now();
         let behind = &self.write_behind;
-        let mut wrote = false;
+        let mut wrote_expired = false;
         loop {
             let Some((since, inode)) = behind.list.lock().oldest() else {
-                return wrote;
+                return wrote_expired;
             };
             let expired = now.saturating_duration_since(since) >= expire;
             let pressed = behind.over_background() && started.elapsed() < PASS_BUDGET;
             if !expired && !pressed {
-                return wrote;
+                return wrote_expired;
             }
-            wrote = true;
+            wrote_expired |= expired;
             if let Err(error) = self.settle(&inode) {
                 tracing::warn!(inode = inode.number, %error, "background writeback failed");
                 if self.check_writable().is_err() {
-                    return wrote;
+                    return wrote_expired;
                 }
             }
         }
