@@ -252,7 +252,10 @@ fn agf_fields(block_size: usize) -> Vec<Field> {
         ("free_list_first", 84, 4),
         ("free_list_last", 88, 4),
         ("free_list_count", 92, 4),
-        ("spare@96", 96, 8),
+        ("refcount_root", 96, 4),
+        ("refcount_levels", 100, 4),
+        ("refcount_blocks", 104, 4),
+        ("spare@108", 108, 8),
         ("spare@120", 120, 8),
         ("block tail@128", 128, 8),
     ]);
@@ -397,7 +400,8 @@ fn inode_fields(unit: &[u8]) -> Vec<Field> {
         ("attr_extent_count", 148, 2),
         ("attr_offset", 150, 2),
         ("rdev", 152, 4),
-        ("spare@156", 156, 8),
+        ("spare@156", 156, 4),
+        ("cow_extent_size_hint", 160, 4),
         ("spare@164", 164, 8),
         ("spare@172", 172, 4),
     ]);

@@ -19,7 +19,14 @@
 //! | 84     | 4    | free_list_first  | AGFL slot of the first free-list block            |
 //! | 88     | 4    | free_list_last   | AGFL slot of the last free-list block             |
 //! | 92     | 4    | free_list_count  | blocks on the free list                           |
-//! | 96     | 32   | spare            | zero; reserved for growth                         |
+//! | 96     | 4    | refcount_root    | AG block of the refcount tree root, 0 = no tree   |
+//! | 100    | 4    | refcount_levels  | levels of that tree, 0 = no tree                  |
+//! | 104    | 4    | refcount_blocks  | blocks of that tree, root included                |
+//! | 108    | 20   | spare            | zero; reserved for growth                         |
+//!
+//! The refcount fields are used with the reflink feature (`superblock.rs`); without it, and
+//! until the first block of the AG is shared, all three are zero: the tree's root is made
+//! when its first record is (`docs/format.md`, section 6).
 //!
 //! The free list is circular over the AGFL's slots: it holds `free_list_count` blocks from
 //! slot `free_list_first` onwards, wrapping at the AGFL capacity, ending at `free_list_last`.
@@ -51,6 +58,12 @@ pub struct Agf {
     pub free_list_first: u32,
     pub free_list_last: u32,
     pub free_list_count: u32,
+    /// Root of the refcount tree (`refcount.rs`), 0 while the AG has none.
+    pub refcount_root: AgBlock,
+    /// Levels of that tree, 0 while the AG has none.
+    pub refcount_levels: u32,
+    /// Blocks of that tree, its root included.
+    pub refcount_blocks: u32,
 }
 
 impl Agf {
@@ -160,7 +173,41 @@ impl Agf {
                 "more than the AG holds",
             ));
         }
+        self.check_refcount_root()
+    }
+
+    /// The refcount tree's fields: all zero (no tree), or a valid root and height with at
+    /// least the root counted.
+    fn check_refcount_root(&self) -> Result<(), FormatError> {
+        let at = self.header.blkno;
+        let bad = |field, value: u32, why| bad_field(Self::NAME, at, field, u64::from(value), why);
+        if self.refcount_levels == 0 {
+            if self.refcount_root.0 != 0 {
+                return Err(bad(
+                    "refcount_root",
+                    self.refcount_root.0,
+                    "set without a tree",
+                ));
+            }
+            if self.refcount_blocks != 0 {
+                let why = "blocks counted without a tree";
+                return Err(bad("refcount_blocks", self.refcount_blocks, why));
+            }
+            return Ok(());
+        }
+        let root = ("refcount_root", self.refcount_root);
+        check_root(Self::NAME, at, root, self.ag_length)?;
+        check_levels(Self::NAME, at, "refcount_levels", self.refcount_levels)?;
+        if self.refcount_blocks < self.refcount_levels || self.refcount_blocks > self.ag_length {
+            let why = "fewer than its levels or more than the AG holds";
+            return Err(bad("refcount_blocks", self.refcount_blocks, why));
+        }
         Ok(())
+    }
+
+    /// Whether the AG has a refcount tree.
+    pub fn has_refcount_tree(&self) -> bool {
+        self.refcount_levels != 0
     }
 }
 
@@ -240,7 +287,10 @@ impl OnDisk for Agf {
         put_u32(out, 84, self.free_list_first);
         put_u32(out, 88, self.free_list_last);
         put_u32(out, 92, self.free_list_count);
-        out[96..Self::SIZE].fill(0);
+        put_u32(out, 96, self.refcount_root.0);
+        put_u32(out, 100, self.refcount_levels);
+        put_u32(out, 104, self.refcount_blocks);
+        out[108..Self::SIZE].fill(0);
     }
 
     fn decode(raw: &[u8]) -> Result<Self, FormatError> {
@@ -259,8 +309,11 @@ impl OnDisk for Agf {
             free_list_first: get_u32(raw, 84),
             free_list_last: get_u32(raw, 88),
             free_list_count: get_u32(raw, 92),
+            refcount_root: AgBlock(get_u32(raw, 96)),
+            refcount_levels: get_u32(raw, 100),
+            refcount_blocks: get_u32(raw, 104),
         };
-        check_zero(Self::NAME, agf.header.blkno, "spare", raw, 96..Self::SIZE)?;
+        check_zero(Self::NAME, agf.header.blkno, "spare", raw, 108..Self::SIZE)?;
         agf.check_body()?;
         Ok(agf)
     }
@@ -290,6 +343,9 @@ mod tests {
             free_list_first: 0,
             free_list_last: 3,
             free_list_count: 4.min(capacity),
+            refcount_root: AgBlock(0),
+            refcount_levels: 0,
+            refcount_blocks: 0,
         }
     }
 
@@ -322,7 +378,7 @@ mod tests {
             uuid: UUID,
             owner: Some(2),
         };
-        for at in [100, 127, 128, g.block_size as usize - 1] {
+        for at in [108, 127, 128, g.block_size as usize - 1] {
             let mut block = vec![0u8; g.block_size as usize];
             sample(2).encode(&mut block);
             block[at] = 1;
@@ -396,6 +452,30 @@ mod tests {
             }),
             "ag_length"
         );
+        assert_eq!(
+            field_of(Agf {
+                refcount_root: AgBlock(9),
+                ..sample(0)
+            }),
+            "refcount_root"
+        );
+        assert_eq!(
+            field_of(Agf {
+                refcount_root: AgBlock(9),
+                refcount_levels: 1,
+                ..sample(0)
+            }),
+            "refcount_blocks"
+        );
+        assert_eq!(
+            field_of(Agf {
+                refcount_root: AgBlock(2),
+                refcount_levels: 1,
+                refcount_blocks: 1,
+                ..sample(0)
+            }),
+            "refcount_root"
+        );
     }
 
     // Checks the circular free list: empty, wrapping and full lists are all consistent.
@@ -436,7 +516,8 @@ mod tests {
         fn agf_round_trip(
             ag in 0u32..4, bno in 4u32..65_536, cnt in 4u32..65_536, levels in 1u32..=12,
             free in 0u32..65_000, btree_blocks in 0u32..65_536, first in 0u32..1000,
-            count in 0u32..1000, lsn: u64,
+            count in 0u32..1000, lsn: u64, refcount in (4u32..65_536, 1u32..=12),
+            has_refcount: bool,
         ) {
             let mut agf = sample(ag);
             agf.header.lsn = crate::types::Lsn(lsn);
@@ -450,6 +531,11 @@ mod tests {
             agf.free_list_first = first;
             agf.free_list_count = count;
             agf.free_list_last = (first + count + 1000 - 1) % 1000;
+            if has_refcount {
+                agf.refcount_root = AgBlock(refcount.0);
+                agf.refcount_levels = refcount.1;
+                agf.refcount_blocks = refcount.1 + 3;
+            }
             prop_assert_eq!(Agf::decode(&agf.to_bytes()).unwrap(), agf);
         }
 

@@ -34,6 +34,7 @@
 //! | file extents       | BmapBtree  | Extent (16)             | BmapKey (8)    | 8       |
 //! | directory hashes   | DirBtree   | DirHashRecord (8)       | DirHashKey (4) | 4       |
 //! | xattr index        | AttrBtree  | XattrIndexRecord (16)   | XattrIndexKey (8) | 8    |
+//! | shared blocks      | RefcountBtree | RefcountRecord (12)  | RefcountKey (4) | 4     |
 //!
 //! Free-space record (8 bytes): start AG block u32 @0, length u32 @4. By-block key: start u32.
 //! By-length key (8 bytes): length u32 @0, start u32 @4.
@@ -171,6 +172,7 @@ impl BtreeLayout {
             MetaKind::BmapBtree => (16, 8, 8),
             MetaKind::DirBtree => (8, 4, 4),
             MetaKind::AttrBtree => (16, 8, 8),
+            MetaKind::RefcountBtree => (12, 4, 4),
             _ => return None,
         };
         Some(BtreeLayout {
@@ -275,14 +277,16 @@ impl BtreeLayout {
     /// (an AG number for AG trees, an inode number otherwise).
     pub fn pointer_bounds(&self, geometry: &Geometry, owner: u64) -> Range<u64> {
         match self.kind {
-            MetaKind::BnoBtree | MetaKind::CntBtree | MetaKind::InoBtree | MetaKind::FinoBtree => {
-                match u32::try_from(owner) {
-                    Ok(ag) if ag < geometry.ag_count => {
-                        u64::from(AG_HEADER_BLOCKS)..u64::from(geometry.ag_len(ag))
-                    }
-                    _ => 0..0,
+            MetaKind::BnoBtree
+            | MetaKind::CntBtree
+            | MetaKind::InoBtree
+            | MetaKind::FinoBtree
+            | MetaKind::RefcountBtree => match u32::try_from(owner) {
+                Ok(ag) if ag < geometry.ag_count => {
+                    u64::from(AG_HEADER_BLOCKS)..u64::from(geometry.ag_len(ag))
                 }
-            }
+                _ => 0..0,
+            },
             MetaKind::BmapBtree | MetaKind::AttrBtree => {
                 u64::from(AG_HEADER_BLOCKS)..geometry.block_count
             }

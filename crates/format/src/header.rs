@@ -40,10 +40,11 @@ pub enum MetaKind {
     AttrBlock,
     AttrBtree,
     SymlinkBlock,
+    RefcountBtree,
 }
 
 impl MetaKind {
-    pub const ALL: [MetaKind; 15] = [
+    pub const ALL: [MetaKind; 16] = [
         Self::Superblock,
         Self::Agf,
         Self::Agi,
@@ -59,6 +60,7 @@ impl MetaKind {
         Self::AttrBlock,
         Self::AttrBtree,
         Self::SymlinkBlock,
+        Self::RefcountBtree,
     ];
 
     /// The magic number: four ASCII bytes read as a little-endian `u32`; the last byte is the
@@ -80,6 +82,7 @@ impl MetaKind {
             Self::AttrBlock => b"CXA1",
             Self::AttrBtree => b"CXB1",
             Self::SymlinkBlock => b"CSL1",
+            Self::RefcountBtree => b"CRF1",
         };
         u32::from_le_bytes(*tag)
     }
@@ -102,6 +105,7 @@ impl MetaKind {
             Self::AttrBlock => "xattr block",
             Self::AttrBtree => "xattr tree block",
             Self::SymlinkBlock => "symlink block",
+            Self::RefcountBtree => "refcount tree block",
         }
     }
 

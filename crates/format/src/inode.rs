@@ -31,7 +31,9 @@
 //! | 148    | 2    | attr_extent_count  | extents in the attr fork                        |
 //! | 150    | 2    | attr_offset        | attr fork start in 8-byte units, 0 = none       |
 //! | 152    | 4    | rdev               | device number (Device format)                   |
-//! | 156    | 20   | spare              | zero; reserved for growth                       |
+//! | 156    | 4    | spare              | zero; reserved for growth                       |
+//! | 160    | 4    | cow_extent_size_hint | blocks, 0 = none (reflink: CoW allocations)   |
+//! | 164    | 12   | spare              | zero; reserved for growth                       |
 //!
 //! The literal area runs from byte 176 to `inode_size`: the data fork first, then the attr fork
 //! from `176 + 8 * attr_offset`. Fork contents by format:
@@ -78,7 +80,12 @@ pub const INODE_FLAG_NOATIME: u32 = 1 << 3;
 pub const INODE_FLAG_NODUMP: u32 = 1 << 4;
 /// Directory: new files inherit the directory's extent size hint.
 pub const INODE_FLAG_EXTSIZE_INHERIT: u32 = 1 << 5;
-pub const INODE_FLAGS_KNOWN: u32 = (1 << 6) - 1;
+/// Regular file (reflink feature): its data fork may map blocks other files map too, so
+/// freeing or writing its blocks goes through the refcount tree.
+pub const INODE_FLAG_REFLINK: u32 = 1 << 8;
+/// Directory (reflink feature): new files inherit its CoW extent size hint.
+pub const INODE_FLAG_COWEXTSIZE: u32 = 1 << 9;
+pub const INODE_FLAGS_KNOWN: u32 = ((1 << 6) - 1) | INODE_FLAG_REFLINK | INODE_FLAG_COWEXTSIZE;
 
 const NANOSECONDS_PER_SECOND: u32 = 1_000_000_000;
 
@@ -196,6 +203,8 @@ pub struct InodeCore {
     pub attr_extent_count: u16,
     pub attr_offset: u16,
     pub rdev: u32,
+    /// Blocks a copy-on-write allocates at least (aligned), 0 = the filesystem's choice.
+    pub cow_extent_size_hint: u32,
 }
 
 /// Bytes of the literal area of an inode of `inode_size` bytes.
@@ -395,7 +404,10 @@ impl OnDisk for InodeCore {
         put_u16(out, 148, self.attr_extent_count);
         put_u16(out, 150, self.attr_offset);
         put_u32(out, 152, self.rdev);
-        out[INODE_SPARE].fill(0);
+        put_u32(out, 160, self.cow_extent_size_hint);
+        for spare in INODE_SPARE {
+            out[spare].fill(0);
+        }
     }
 
     fn decode(raw: &[u8]) -> Result<Self, FormatError> {
@@ -406,7 +418,9 @@ impl OnDisk for InodeCore {
         if mode != 0 && FileType::from_mode(mode).is_none() {
             return Err(bad("mode", mode.into(), "unknown file type"));
         }
-        check_zero(Self::NAME, header.blkno, "spare", raw, INODE_SPARE)?;
+        for spare in INODE_SPARE {
+            check_zero(Self::NAME, header.blkno, "spare", raw, spare)?;
+        }
         let data_format = ForkFormat::from_code(get_u8(raw, 50))
             .ok_or_else(|| bad("data_format", get_u8(raw, 50).into(), "unknown fork format"))?;
         let attr_code = get_u8(raw, 51);
@@ -450,18 +464,21 @@ impl OnDisk for InodeCore {
             attr_extent_count: get_u16(raw, 148),
             attr_offset: get_u16(raw, 150),
             rdev: get_u32(raw, 152),
+            cow_extent_size_hint: get_u32(raw, 160),
         })
     }
 }
 
 /// The spare bytes of the inode core (zero; reserved for growth).
-pub const INODE_SPARE: std::ops::Range<usize> = 156..INODE_CORE_SIZE;
+pub const INODE_SPARE: [std::ops::Range<usize>; 2] = [156..160, 164..INODE_CORE_SIZE];
 
 /// Zeroes the spare bytes of the inode `raw` (repair keeps an inode whose only fault they
 /// are; the caller re-stamps the CRC).
 pub fn clear_inode_spare(raw: &mut [u8]) {
-    if let Some(spare) = raw.get_mut(INODE_SPARE) {
-        spare.fill(0);
+    for range in INODE_SPARE {
+        if let Some(spare) = raw.get_mut(range) {
+            spare.fill(0);
+        }
     }
 }
 
@@ -590,6 +607,7 @@ pub fn free_inode_core(header: MetaHeader, generation: u32) -> InodeCore {
         attr_extent_count: 0,
         attr_offset: 0,
         rdev: 0,
+        cow_extent_size_hint: 0,
     }
 }
 
@@ -715,6 +733,7 @@ mod tests {
         #[test]
         fn inode_core_round_trip(
             kind in 0usize..8, perm in 0u16..0o7777, ids: (u32, u32, u32, u32), flags in 0u32..64,
+            reflink_flags in 0u32..4, cow_extent_size_hint: u32,
             sizes: (u64, u64), times in proptest::array::uniform4(any_time()),
             counts: (u32, u32, u16, u16), rdev: u32, attr in 0u8..4,
         ) {
@@ -726,12 +745,13 @@ mod tests {
                 mode: if kind == 0 { 0 } else { types[kind] | perm },
                 data_format: ForkFormat::from_code(1 + (kind as u8 % 4)).unwrap(),
                 attr_format: ForkFormat::from_code(attr),
-                uid: ids.0, gid: ids.1, nlink: ids.2, generation: ids.3, flags,
+                uid: ids.0, gid: ids.1, nlink: ids.2, generation: ids.3,
+                flags: flags | reflink_flags << 8,
                 size: sizes.0, block_count: sizes.1,
                 atime: times[0], mtime: times[1], ctime: times[2], btime: times[3],
                 extent_size_hint: counts.0, next_unlinked: counts.1,
                 data_extent_count: counts.0 / 2, attr_extent_count: counts.2,
-                attr_offset: counts.3, rdev,
+                attr_offset: counts.3, rdev, cow_extent_size_hint,
             };
             prop_assert_eq!(InodeCore::decode(&core.to_bytes()).unwrap(), core);
         }

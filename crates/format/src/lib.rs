@@ -23,6 +23,7 @@ pub mod inode;
 pub mod limits;
 pub mod log;
 pub mod ondisk;
+pub mod refcount;
 pub mod superblock;
 pub mod symlink;
 pub mod types;
@@ -51,6 +52,7 @@ pub use header::{
 pub use inode::{BmapRoot, FileType, ForkFormat, INODE_CORE_SIZE, InodeCore, Timestamp};
 pub use log::{LogItem, LogRecordHeader};
 pub use ondisk::OnDisk;
+pub use refcount::{RefcountKey, RefcountRecord};
 pub use superblock::Superblock;
 pub use symlink::SymlinkHeader;
 pub use types::{AgBlock, AgNumber, FsBlock, InodeNumber, Lsn};

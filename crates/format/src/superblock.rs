@@ -37,9 +37,14 @@ use crate::ondisk::{
 };
 
 pub const FORMAT_VERSION: u32 = 1;
+/// Shared extents (reflink): every AGF may root a reference-count tree (`refcount.rs`),
+/// inodes may carry `INODE_FLAG_REFLINK` and a CoW extent size hint, and the log may hold
+/// refcount intent and done items. Code without it would free shared blocks (and refuses
+/// the fields besides), so the bit is incompatible.
+pub const FEATURE_INCOMPAT_REFLINK: u64 = 1 << 0;
 /// Feature bits this build understands. Unknown incompat bits refuse the mount; unknown
 /// ro-compat bits allow only a read-only mount; unknown compat bits are ignored.
-pub const FEATURES_INCOMPAT_KNOWN: u64 = 0;
+pub const FEATURES_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_REFLINK;
 pub const FEATURES_RO_COMPAT_KNOWN: u64 = 0;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +76,11 @@ impl Superblock {
             .position(|&b| b == 0)
             .unwrap_or(LABEL_LEN_MAX);
         String::from_utf8_lossy(&self.label[..end]).into_owned()
+    }
+
+    /// Whether files may share blocks (`FEATURE_INCOMPAT_REFLINK`).
+    pub fn has_reflink(&self) -> bool {
+        self.features_incompat & FEATURE_INCOMPAT_REFLINK != 0
     }
 
     /// Ro-compat features this build does not know; non-zero means mount read-only.
@@ -266,6 +276,7 @@ mod tests {
             label: [u8; LABEL_LEN_MAX],
             created_secs: i64,
             extent_size_hint: u32,
+            reflink: bool,
         ) {
             let block_size = 1u32 << block_log;
             let inode_size = (block_size / 64).clamp(256, 2048).min(block_size);
@@ -278,7 +289,7 @@ mod tests {
                 geometry,
                 features_compat,
                 features_ro_compat: 0,
-                features_incompat: 0,
+                features_incompat: if reflink { FEATURE_INCOMPAT_REFLINK } else { 0 },
                 root_inode: geometry.inode_number(crate::AgNumber(0), crate::AgBlock(8), 0).0,
                 free_blocks: counters.0,
                 inode_count: counters.1,
@@ -324,6 +335,22 @@ mod tests {
                 "byte {at} accepted"
             );
         }
+    }
+
+    // Checks that an incompatible feature this build does not know refuses the superblock,
+    // naming the unknown bits, while the known reflink bit reads.
+    #[test]
+    fn unknown_incompat_features_are_refused() {
+        let mut head = sample_block();
+        put_u64(&mut head, 112, FEATURE_INCOMPAT_REFLINK);
+        stamp(&mut head[..4096], None);
+        assert!(Superblock::read_primary(&head).unwrap().has_reflink());
+        put_u64(&mut head, 112, FEATURE_INCOMPAT_REFLINK | 1 << 5);
+        stamp(&mut head[..4096], None);
+        assert!(matches!(
+            Superblock::read_primary(&head),
+            Err(FormatError::UnsupportedFeatures { features: 32, .. })
+        ));
     }
 
     // Checks the errors for a flipped byte, a short head and something that is not cairn.

@@ -60,6 +60,12 @@ pub enum FsError {
     ShutDown,
     #[error("operation not supported")]
     Unsupported,
+    /// The superblock names incompatible features this build does not know.
+    #[error(
+        "the filesystem uses features this cairn does not know (incompatible feature bits \
+         {incompat:#x}); mount it with a newer cairn"
+    )]
+    UnsupportedFeatures { incompat: u64 },
     /// `seek` for data at or past the last data, or from an offset at or past the end.
     #[error("no data or hole at or after the offset")]
     NoSuchOffset,

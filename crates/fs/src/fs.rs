@@ -9,6 +9,7 @@ use cairn_alloc::Allocator;
 use cairn_blockdev::{AlignedBuf, BlockDevice, FileDevice, OpenOptions};
 use cairn_bufcache::{BufKey, BufferCache, CacheConfig, HeaderOps, ReadSpec};
 use cairn_format::limits::BLOCK_SIZE_MAX;
+use cairn_format::superblock::FEATURES_INCOMPAT_KNOWN;
 use cairn_format::{Agf, BtreeLayout, Geometry, InodeNumber, MetaKind, OnDisk, Superblock};
 use cairn_journal::{Journal, JournalConfig, RecoveryReport, Reservation, inode_cluster_spec};
 
@@ -125,10 +126,15 @@ pub(crate) fn read_superblock(device: &dyn BlockDevice) -> Result<Superblock, Fs
     let len = len - len % sector;
     let mut head = AlignedBuf::zeroed(len as usize);
     device.read_at(0, &mut head)?;
-    let superblock = Superblock::read_primary(&head)
-        .map_err(|e| FsError::corrupt("superblock", 0, e.to_string()))?;
-    if superblock.features_incompat != 0 {
-        return Err(FsError::Unsupported);
+    let superblock = Superblock::read_primary(&head).map_err(|e| match e {
+        cairn_format::FormatError::UnsupportedFeatures { features, .. } => {
+            FsError::UnsupportedFeatures { incompat: features }
+        }
+        other => FsError::corrupt("superblock", 0, other.to_string()),
+    })?;
+    let unknown = superblock.features_incompat & !FEATURES_INCOMPAT_KNOWN;
+    if unknown != 0 {
+        return Err(FsError::UnsupportedFeatures { incompat: unknown });
     }
     Ok(superblock)
 }

@@ -140,6 +140,8 @@ impl Filesystem {
             log_ag: old.ag_of(FsBlock(old.log_start)).0,
             root_chunk: AgBlock(0),
             root_inode: cairn_format::InodeNumber(self.superblock.root_inode),
+            // New AGs start with no refcount tree (all-zero AGF fields) either way.
+            features_incompat: self.superblock.features_incompat,
         };
         let superblock = self.grown_superblock(&new)?;
         for ag in old.ag_count..new.ag_count {

@@ -279,7 +279,7 @@ fn inode_spare_bytes_are_cleared() {
     let (block, offset) = g.inode_position(InodeNumber(wide.frag)).unwrap();
     let at = g.byte_offset(block) + offset as u64;
     let mut raw = common::read_bytes(&wide.image.path, at, g.inode_size as usize);
-    raw[160] = 0x5a;
+    raw[170] = 0x5a;
     cairn_format::header::stamp(&mut raw, None);
     common::write_bytes(&wide.image.path, at, &raw);
     let checked = fsck(&["-n", wide.image.path.to_str().unwrap()]);
@@ -306,7 +306,7 @@ fn reserved_fields_and_newest_inode_are_repaired() {
             "newest_inode",
         ),
         (u64::from(g.ag_blocks), |raw| raw[200] = 1, "reserved"),
-        (1, |raw| raw[100] = 1, "spare"),
+        (1, |raw| raw[110] = 1, "spare"),
     ];
     for (block, edit, want) in edits {
         let image = common::populated();

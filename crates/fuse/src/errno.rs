@@ -36,7 +36,7 @@ pub fn errno_code(error: &FsError) -> i32 {
         // EUCLEAN is what XFS and ext4 return for detected corruption (EFSCORRUPTED).
         FsError::Corrupt { .. } => libc::EUCLEAN,
         FsError::Io { .. } | FsError::ShutDown => libc::EIO,
-        FsError::Unsupported => libc::EOPNOTSUPP,
+        FsError::Unsupported | FsError::UnsupportedFeatures { .. } => libc::EOPNOTSUPP,
         // SEEK_DATA / SEEK_HOLE at or past the end, or no data after the offset.
         FsError::NoSuchOffset => libc::ENXIO,
         _ => libc::EIO,

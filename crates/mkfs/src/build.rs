@@ -59,7 +59,7 @@ fn superblock(plan: &Plan, uuid: [u8; 16], now_secs: i64, free_blocks: u64) -> S
         geometry: plan.geometry,
         features_compat: 0,
         features_ro_compat: 0,
-        features_incompat: 0,
+        features_incompat: plan.features_incompat,
         root_inode: plan.root_inode.0,
         free_blocks,
         inode_count: u64::from(INODES_PER_CHUNK),
@@ -234,6 +234,10 @@ fn agf(plan: &Plan, uuid: [u8; 16], ag: u32, free: &[FreeSpaceRecord]) -> Agf {
         free_list_first: 0,
         free_list_last: AGFL_INITIAL_BLOCKS - 1,
         free_list_count: AGFL_INITIAL_BLOCKS,
+        // The refcount tree's root is made with its first record.
+        refcount_root: AgBlock(0),
+        refcount_levels: 0,
+        refcount_blocks: 0,
     }
 }
 

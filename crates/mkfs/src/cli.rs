@@ -63,6 +63,10 @@ pub struct Args {
     /// Open the device without O_DIRECT (for filesystems such as tmpfs that refuse it).
     #[arg(long)]
     pub buffered: bool,
+    /// Make a filesystem whose files never share blocks (no reflink feature): copies are
+    /// full copies, and cairn releases from before reflink can mount it.
+    #[arg(long)]
+    pub no_reflink: bool,
 }
 
 fn parse_u32_size(text: &str) -> Result<u32, String> {
@@ -119,6 +123,7 @@ pub fn run(args: &Args) -> Result<(), MkfsError> {
         log_bytes: args.log_size,
         fs_bytes: args.size.map(|size| size.min(device.size_bytes())),
         label: args.label.clone(),
+        reflink: !args.no_reflink,
     };
     let plan = plan(device.size_bytes(), device.logical_sector_size(), &request)?;
     if args.dry_run {
@@ -192,9 +197,13 @@ fn print_geometry(path: &Path, plan: &Plan, uuid: Option<[u8; 16]>) {
         g.ag_count,
         g.ag_blocks
     );
+    let reflink = plan.features_incompat & cairn_format::superblock::FEATURE_INCOMPAT_REFLINK;
     println!(
-        "         ={:<22} sectsz={}, isize={}",
-        "", g.sector_size, g.inode_size
+        "         ={:<22} sectsz={}, isize={}, reflink={}",
+        "",
+        g.sector_size,
+        g.inode_size,
+        u8::from(reflink != 0)
     );
     println!(
         "data     ={:<22} bsize={}, blocks={} ({})",

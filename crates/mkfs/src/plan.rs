@@ -4,6 +4,7 @@ use cairn_format::limits::{
     AG_BLOCKS_MAX, AG_BLOCKS_MIN, AG_FIRST_FREE, BLOCK_SIZE_DEFAULT, INODE_SIZE_DEFAULT,
     INODES_PER_CHUNK, LABEL_LEN_MAX, LOG_BLOCKS_MIN, LOG_BLOCKS_USABLE_MIN, LOG_BYTES_MIN,
 };
+use cairn_format::superblock::FEATURE_INCOMPAT_REFLINK;
 use cairn_format::{AgBlock, AgNumber, Geometry, InodeNumber};
 
 use crate::MkfsError;
@@ -35,6 +36,8 @@ pub struct Request {
     pub log_bytes: Option<u64>,
     pub fs_bytes: Option<u64>,
     pub label: String,
+    /// Files may share blocks (the reflink feature); off makes images older cairn mounts.
+    pub reflink: bool,
 }
 
 impl Default for Request {
@@ -48,6 +51,7 @@ impl Default for Request {
             log_bytes: None,
             fs_bytes: None,
             label: String::new(),
+            reflink: true,
         }
     }
 }
@@ -62,6 +66,8 @@ pub struct Plan {
     /// First block of the root directory's inode chunk, in AG 0.
     pub root_chunk: AgBlock,
     pub root_inode: InodeNumber,
+    /// The superblock's incompatible feature bits.
+    pub features_incompat: u64,
 }
 
 impl Plan {
@@ -136,6 +142,10 @@ pub fn plan(device_bytes: u64, device_sector: u32, request: &Request) -> Result<
         log_ag,
         root_chunk: AgBlock(root_chunk),
         root_inode,
+        features_incompat: match request.reflink {
+            true => FEATURE_INCOMPAT_REFLINK,
+            false => 0,
+        },
     })
 }
 

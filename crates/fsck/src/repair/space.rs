@@ -292,6 +292,9 @@ impl Repairer<'_> {
             free_list_first: 0,
             free_list_last: count.saturating_sub(1),
             free_list_count: count,
+            refcount_root: AgBlock(0),
+            refcount_levels: 0,
+            refcount_blocks: 0,
         };
         let mut block = vec![0u8; g.block_size as usize];
         agf.encode(&mut block);
