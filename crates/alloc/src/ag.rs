@@ -30,6 +30,9 @@ pub(crate) mod field {
     pub const FREE_LIST_FIRST: usize = 84;
     pub const FREE_LIST_LAST: usize = 88;
     pub const FREE_LIST_COUNT: usize = 92;
+    pub const REFCOUNT_ROOT: usize = 96;
+    pub const REFCOUNT_LEVELS: usize = 100;
+    pub const REFCOUNT_BLOCKS: usize = 104;
 }
 
 /// The tree and header access of one AG for one operation.
@@ -215,12 +218,15 @@ fn apply_field(mut agf: Agf, offset: usize, value: u32) -> Agf {
         field::FREE_LIST_FIRST => agf.free_list_first = value,
         field::FREE_LIST_LAST => agf.free_list_last = value,
         field::FREE_LIST_COUNT => agf.free_list_count = value,
+        field::REFCOUNT_ROOT => agf.refcount_root = AgBlock(value),
+        field::REFCOUNT_LEVELS => agf.refcount_levels = value,
+        field::REFCOUNT_BLOCKS => agf.refcount_blocks = value,
         _ => {}
     }
     agf
 }
 
-fn tree_error(error: AllocError) -> TreeError {
+pub(crate) fn tree_error(error: AllocError) -> TreeError {
     match error {
         AllocError::Tree(inner) => inner,
         other => TreeError::Context {

@@ -94,7 +94,7 @@ pub struct Allocator {
     /// Free blocks each AG keeps for requests with `use_reserve` (see `with_ag_reserve`).
     ag_reserve: u32,
     /// Freed ranges wait for a discard before they are reused (`with_discard`).
-    discard: bool,
+    pub(crate) discard: bool,
     /// Blocks promised to writers that will allocate them later (write-behind's
     /// reservations): an allocation outside a `ReservedScope` must leave them free.
     held_back: AtomicU64,
@@ -277,6 +277,14 @@ impl Allocator {
         (free != HINT_UNKNOWN).then(|| self.spare(free, request))
     }
 
+    /// Notes AG `ag`'s longest free extent and free blocks from its AGF, held by the caller.
+    pub(crate) fn note_hints(&self, ag: u32, agf: &cairn_format::Agf) {
+        if let Some(hint) = self.longest_hints.get(ag as usize) {
+            hint.store(agf.longest_free, Ordering::Relaxed);
+        }
+        self.store_free_hint(ag, agf.free_blocks);
+    }
+
     fn store_free_hint(&self, ag: u32, free: u32) {
         if let Some(hint) = self.free_hints.get(ag as usize) {
             hint.store(free, Ordering::Relaxed);
@@ -287,7 +295,7 @@ impl Allocator {
     /// already holds (from earlier calls of the same transaction), so AGF locks ascend across
     /// the whole transaction whatever floor the caller tracked. AGIs put no floor on AGFs:
     /// every AGI is taken before every AGF (docs/alloc.md, lock order).
-    fn floor<'c, B: Buffers<'c>>(&self, bufs: &mut B, lowest: AgNumber) -> u32 {
+    pub(crate) fn floor<'c, B: Buffers<'c>>(&self, bufs: &mut B, lowest: AgNumber) -> u32 {
         let lowest = lowest.0.min(self.geometry.ag_count);
         (lowest..self.geometry.ag_count)
             .rev()
@@ -436,7 +444,7 @@ impl Allocator {
             return Ok(None);
         }
         let mut space = AgSpace::open(ctx)?;
-        if !self.fill_free_list(ctx, &mut space, state, log)? {
+        if !self.fill_free_list(ctx, &mut space, state, log, 0)? {
             return Ok(None);
         }
         let (mut forced, mut reclaimed) = (false, false);
@@ -469,7 +477,7 @@ impl Allocator {
         }
     }
 
-    fn force_log<'c, B: Buffers<'c>>(
+    pub(crate) fn force_log<'c, B: Buffers<'c>>(
         &self,
         ctx: &mut AgCtx<'_, B>,
         log: &dyn LogSequence,
@@ -584,7 +592,7 @@ impl Allocator {
         let mut space = AgSpace::open(&ctx)?;
         // Merging into the trees can split blocks, so the free list is topped up first. A full
         // AG may not manage that; the free then fails only if a split really needs a block.
-        self.fill_free_list(&mut ctx, &mut space, &mut state, log)?;
+        self.fill_free_list(&mut ctx, &mut space, &mut state, log, 0)?;
         space.add(&mut ctx, ag_start, length)?;
         state.busy.insert(ag_start, length, sequence, self.discard);
         let discard = self.discard;
@@ -597,21 +605,23 @@ impl Allocator {
 }
 
 impl Allocator {
-    /// Tops the free list up to what the worst split chain of both trees needs. Each refill
+    /// Tops the free list up to what the worst split chain of both trees needs, plus `extra`
+    /// blocks (an insert into the refcount tree). Each refill
     /// takes the whole shortfall in one by-size allocation (the smallest extent that holds it,
     /// busy ranges trimmed), so a refill is one search and one carve, not one per block. When
     /// only busy space is left, forces the log once so it becomes usable. False if the AG
     /// still cannot.
-    fn fill_free_list<'c, B: Buffers<'c>>(
+    pub(crate) fn fill_free_list<'c, B: Buffers<'c>>(
         &self,
         ctx: &mut AgCtx<'_, B>,
         space: &mut AgSpace,
         state: &mut MutexGuard<'_, AgState>,
         log: &dyn LogSequence,
+        extra: u32,
     ) -> Result<bool, AllocError> {
         let (mut forced, mut reclaimed) = (false, false);
         loop {
-            let need = free_list_need(space.bno.levels(), space.cnt.levels());
+            let need = free_list_need(space.bno.levels(), space.cnt.levels()) + extra;
             let have = ctx.agf.free_list_count;
             if have >= need {
                 return Ok(true);
@@ -666,7 +676,7 @@ impl Allocator {
 
 /// Returns free-list blocks beyond twice the need to free space (busy, as freed now by the
 /// commit with `freed.0`, to be discarded if `freed.1`).
-fn trim_free_list<'c, B: Buffers<'c>>(
+pub(crate) fn trim_free_list<'c, B: Buffers<'c>>(
     ctx: &mut AgCtx<'_, B>,
     space: &mut AgSpace,
     busy: &mut BusyExtents,
@@ -803,7 +813,7 @@ impl Allocator {
         let mut ctx = AgCtx::open(bufs, &self.geometry, self.uuid, AgNumber(ag))?;
         let mut state = state.lock();
         let mut space = AgSpace::open(&ctx)?;
-        self.fill_free_list(&mut ctx, &mut space, &mut state, log)?;
+        self.fill_free_list(&mut ctx, &mut space, &mut state, log, 0)?;
         ctx.set_field(crate::ag::field::AG_LENGTH, new_len)?;
         space.add(&mut ctx, old_len, new_len - old_len)?;
         self.store_free_hint(ag, ctx.agf.free_blocks);

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use cairn_btree::Buffers;
 use cairn_format::limits::AG_HEADER_BLOCKS;
-use cairn_format::{AgNumber, FreeSpaceRecord};
+use cairn_format::{AgNumber, FreeSpaceRecord, RefcountRecord};
 
 use crate::ag::AgCtx;
 use crate::space::AgSpace;
@@ -21,6 +21,10 @@ pub struct AgSummary {
     pub free_list: Vec<u32>,
     /// Blocks of both trees.
     pub tree_blocks: u64,
+    /// The refcount tree's records (reflink), in key order.
+    pub refcount_records: Vec<cairn_format::RefcountRecord>,
+    /// Blocks of the refcount tree.
+    pub refcount_blocks: u64,
 }
 
 impl Allocator {
@@ -71,6 +75,7 @@ impl Allocator {
         let free_list = ctx.free_list()?;
         self.check_free_list(&free_list, &by_block, ctx.agf.ag_length)
             .map_err(broken)?;
+        let (refcount_records, refcount_blocks) = check_refcount_tree(&mut ctx, &by_block)?;
         let state = self
             .ags
             .get(ag.0 as usize)
@@ -88,6 +93,8 @@ impl Allocator {
             longest_free: longest,
             free_list,
             tree_blocks,
+            refcount_records,
+            refcount_blocks,
         })
     }
 
@@ -111,6 +118,53 @@ impl Allocator {
         }
         Ok(())
     }
+}
+
+/// The refcount tree verifies, its AGF block count matches, its records of each kind are
+/// disjoint and merged, and none covers free space. Returns the records and blocks.
+fn check_refcount_tree<'c, B: Buffers<'c>>(
+    ctx: &mut AgCtx<'_, B>,
+    free: &[FreeSpaceRecord],
+) -> Result<(Vec<RefcountRecord>, u64), AllocError> {
+    let ag = ctx.ag().0;
+    let broken = |what: String| AllocError::Invariant { ag, what };
+    let Some(tree) = crate::refcount::open_tree(ctx)? else {
+        return Ok((Vec::new(), 0));
+    };
+    let report = tree.verify(ctx);
+    if let Some(problem) = report.problems.first() {
+        return Err(broken(format!("refcount tree problem: {problem}")));
+    }
+    if report.blocks != u64::from(ctx.agf.refcount_blocks) {
+        let counted = ctx.agf.refcount_blocks;
+        return Err(broken(format!(
+            "{} refcount tree blocks, AGF counts {counted}",
+            report.blocks
+        )));
+    }
+    let records = tree.records(ctx)?;
+    for pair in records.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        let same_kind = a.staging == b.staging;
+        if same_kind && a.end() > u64::from(b.start.0) {
+            return Err(broken(format!("refcount records {a:?} and {b:?} overlap")));
+        }
+        if same_kind && a.end() == u64::from(b.start.0) && a.refcount == b.refcount {
+            return Err(broken(format!(
+                "refcount records {a:?} and {b:?} not merged"
+            )));
+        }
+    }
+    for record in &records {
+        let (start, end) = (u64::from(record.start.0), record.end());
+        let index = free.partition_point(|r| u64::from(r.start.0) + u64::from(r.length) <= start);
+        if free.get(index).is_some_and(|r| u64::from(r.start.0) < end) {
+            return Err(broken(format!(
+                "refcount record {record:?} covers free space"
+            )));
+        }
+    }
+    Ok((records, report.blocks))
 }
 
 fn check_disjoint(extents: &[FreeSpaceRecord]) -> Result<(), String> {

@@ -24,6 +24,7 @@ mod busy;
 mod check;
 mod counters;
 mod error;
+mod refcount;
 mod request;
 mod search;
 mod select;

@@ -13,6 +13,12 @@ pub(crate) fn free_list_need(bno_levels: u32, cnt_levels: u32) -> u32 {
     2 * (bno_levels.max(cnt_levels) + 1) + 2
 }
 
+/// Free-list blocks one insert into a refcount tree of `levels` levels may take: a split
+/// at every level and a new root (a tree not made yet needs its root block).
+pub(crate) fn refcount_insert_need(levels: u32) -> u32 {
+    levels + 2
+}
+
 /// The free-space trees of one AG for one operation.
 #[derive(Debug)]
 pub(crate) struct AgSpace {

@@ -4,6 +4,7 @@ use std::fmt::Debug;
 
 use cairn_format::{
     BmapKey, BnoKey, CntKey, Extent, FreeSpaceRecord, InoKey, InodeRecord, MetaKind, OnDisk,
+    RefcountKey, RefcountRecord,
 };
 
 /// A tree's record and key types. Both encode through the format crate's `OnDisk` codecs;
@@ -83,6 +84,20 @@ impl TreeCodec for BmapCodec {
     }
 }
 
+/// Shared and copy-on-write staging blocks of an AG (reflink), by (staging, start).
+#[derive(Debug, Clone, Copy)]
+pub struct RefcountCodec;
+
+impl TreeCodec for RefcountCodec {
+    type Record = RefcountRecord;
+    type Key = RefcountKey;
+    const KIND: MetaKind = MetaKind::RefcountBtree;
+
+    fn key(record: &RefcountRecord) -> RefcountKey {
+        record.key()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +120,7 @@ mod tests {
             sizes::<CntCodec>(),
             sizes::<InoCodec>(),
             sizes::<BmapCodec>(),
+            sizes::<RefcountCodec>(),
         ] {
             assert_eq!((a, c), (b, d));
         }

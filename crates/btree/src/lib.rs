@@ -32,7 +32,7 @@ mod ops;
 mod tree;
 mod verify;
 
-pub use codec::{BmapCodec, BnoCodec, CntCodec, InoCodec, TreeCodec};
+pub use codec::{BmapCodec, BnoCodec, CntCodec, InoCodec, RefcountCodec, TreeCodec};
 pub use context::{Buffers, CacheContext, TreeContext};
 pub use cursor::Cursor;
 pub use error::TreeError;

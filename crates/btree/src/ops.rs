@@ -60,6 +60,7 @@ static FINO_OPS: BtreeOps = BtreeOps::new(MetaKind::FinoBtree);
 static BMAP_OPS: BtreeOps = BtreeOps::new(MetaKind::BmapBtree);
 static DIR_OPS: BtreeOps = BtreeOps::new(MetaKind::DirBtree);
 static ATTR_OPS: BtreeOps = BtreeOps::new(MetaKind::AttrBtree);
+static REFCOUNT_OPS: BtreeOps = BtreeOps::new(MetaKind::RefcountBtree);
 
 /// The verifier of tree kind `kind`, or `None` if `kind` is not a B+tree kind.
 pub fn ops_for(kind: MetaKind) -> Option<&'static BtreeOps> {
@@ -71,6 +72,7 @@ pub fn ops_for(kind: MetaKind) -> Option<&'static BtreeOps> {
         MetaKind::BmapBtree => Some(&BMAP_OPS),
         MetaKind::DirBtree => Some(&DIR_OPS),
         MetaKind::AttrBtree => Some(&ATTR_OPS),
+        MetaKind::RefcountBtree => Some(&REFCOUNT_OPS),
         _ => None,
     }
 }

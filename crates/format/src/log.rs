@@ -47,6 +47,8 @@
 //! | 5    | CheckpointStart  | sequence  | empty                                             |
 //! | 6    | CheckpointCommit | sequence  | empty                                             |
 //! | 7    | InodeCreate      | FsBlock   | `InodeCreate` (24 bytes)                          |
+//! | 10   | RefcountIntent   | intent id | count u32, 4 zero, updates                        |
+//! | 11   | RefcountDone     | intent id | count u32 (0), 4 zero                             |
 //!
 //! An Inode body may stop short of the inode size: the rest of the image is zero (replay
 //! zero-fills it), so an inode whose literal area is unused logs little more than its core.
@@ -57,7 +59,11 @@
 //!
 //! Buffer regions: `count` x (offset u32, length u32), sorted, disjoint, non-empty, inside
 //! `block_bytes`; then the regions' bytes concatenated in order. Extents: `count` x
-//! (FsBlock u64, length u32, 4 zero bytes). InodeCreate: first_inode u64 @0, block_bytes u32
+//! (FsBlock u64, length u32, 4 zero bytes). Refcount updates (reflink): `count` x (FsBlock
+//! u64, length u32, op u8, 3 zero bytes), op 1 Increase (one more file maps the run),
+//! 2 Decrease (one file fewer: shared blocks lose a count, the others are freed), 3 Unstage
+//! (a copy-on-write's staging run is now in a file map: its staging record goes).
+//! InodeCreate: first_inode u64 @0, block_bytes u32
 //! @8, inode_size u32 @12, generation u32 @16, 4 zero bytes @20.
 
 use crate::FormatError;
@@ -238,6 +244,36 @@ pub struct FreeExtent {
     pub length: u32,
 }
 
+/// What a refcount update does to its run (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefcountOp {
+    /// One more file maps the run.
+    Increase = 1,
+    /// One file fewer maps the run: blocks counted 2 or more lose one, the rest are freed.
+    Decrease = 2,
+    /// A copy-on-write's staging run entered a file map: its staging record goes.
+    Unstage = 3,
+}
+
+impl RefcountOp {
+    pub const fn from_code(code: u8) -> Option<RefcountOp> {
+        match code {
+            1 => Some(Self::Increase),
+            2 => Some(Self::Decrease),
+            3 => Some(Self::Unstage),
+            _ => None,
+        }
+    }
+}
+
+/// One run named by a refcount intent: what happens to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefcountUpdate {
+    pub op: RefcountOp,
+    pub start: FsBlock,
+    pub length: u32,
+}
+
 /// The body of an InodeCreate item: a new inode cluster, logged as what it holds rather than
 /// as its bytes. Every inode in it is free, of `generation`, numbered consecutively from
 /// `first_inode`.
@@ -335,6 +371,14 @@ pub enum LogItem {
         block: FsBlock,
         create: InodeCreate,
     },
+    /// Refcount updates a later transaction makes (reflink: sharing, dropping, unstaging).
+    RefcountIntent {
+        intent_id: u64,
+        updates: Vec<RefcountUpdate>,
+    },
+    RefcountDone {
+        intent_id: u64,
+    },
 }
 
 const TYPE_BUFFER: u16 = 1;
@@ -344,6 +388,8 @@ const TYPE_EXTENT_FREE_DONE: u16 = 4;
 const TYPE_CHECKPOINT_START: u16 = 5;
 const TYPE_CHECKPOINT_COMMIT: u16 = 6;
 const TYPE_INODE_CREATE: u16 = 7;
+const TYPE_REFCOUNT_INTENT: u16 = 10;
+const TYPE_REFCOUNT_DONE: u16 = 11;
 const ITEM: &str = "log item";
 
 fn item_bad(field: &'static str, value: u64, why: &'static str) -> FormatError {
@@ -360,6 +406,8 @@ impl LogItem {
             Self::CheckpointStart { sequence } => (TYPE_CHECKPOINT_START, *sequence),
             Self::CheckpointCommit { sequence } => (TYPE_CHECKPOINT_COMMIT, *sequence),
             Self::InodeCreate { block, .. } => (TYPE_INODE_CREATE, block.0),
+            Self::RefcountIntent { intent_id, .. } => (TYPE_REFCOUNT_INTENT, *intent_id),
+            Self::RefcountDone { intent_id } => (TYPE_REFCOUNT_DONE, *intent_id),
         }
     }
 
@@ -393,6 +441,17 @@ impl LogItem {
             }
             Self::CheckpointStart { .. } | Self::CheckpointCommit { .. } => Vec::new(),
             Self::InodeCreate { create, .. } => create.to_bytes(),
+            Self::RefcountIntent { updates, .. } => {
+                let mut body = vec![0u8; 8 + 16 * updates.len()];
+                put_u32(&mut body, 0, updates.len() as u32);
+                for (index, update) in updates.iter().enumerate() {
+                    put_u64(&mut body, 8 + 16 * index, update.start.0);
+                    put_u32(&mut body, 16 + 16 * index, update.length);
+                    body[20 + 16 * index] = update.op as u8;
+                }
+                body
+            }
+            Self::RefcountDone { .. } => vec![0u8; 8],
         }
     }
 
@@ -472,6 +531,14 @@ impl LogItem {
                     block: FsBlock(id),
                     create: InodeCreate::decode(body)?,
                 })
+            }
+            TYPE_REFCOUNT_INTENT => Ok(Self::RefcountIntent {
+                intent_id: id,
+                updates: decode_refcount_updates(body)?,
+            }),
+            TYPE_REFCOUNT_DONE => {
+                decode_refcount_updates(body)?;
+                Ok(Self::RefcountDone { intent_id: id })
             }
             _ => Err(item_bad("type", kind.into(), "unknown log item type")),
         }
@@ -564,6 +631,40 @@ fn decode_free_extents(body: &[u8]) -> Result<Vec<FreeExtent>, FormatError> {
     Ok(extents)
 }
 
+fn decode_refcount_updates(body: &[u8]) -> Result<Vec<RefcountUpdate>, FormatError> {
+    need(ITEM, body, 8)?;
+    let count = get_u32(body, 0) as usize;
+    if count > LOG_INTENT_EXTENTS_MAX {
+        let why = "more than LOG_INTENT_EXTENTS_MAX";
+        return Err(item_bad("count", count as u64, why));
+    }
+    if body.len() != 8 + 16 * count || get_u32(body, 4) != 0 {
+        let why = "disagrees with the update count, or reserved bytes set";
+        return Err(item_bad("length", body.len() as u64, why));
+    }
+    let mut updates = Vec::with_capacity(count);
+    for index in 0..count {
+        let at = 8 + 16 * index;
+        let start = get_u64(body, at);
+        let length = get_u32(body, at + 8);
+        if length == 0 || length > EXTENT_LEN_MAX || start > FS_BLOCK_MAX - u64::from(length) {
+            let why = "run empty, too long or past FS_BLOCK_MAX";
+            return Err(item_bad("update", start, why));
+        }
+        let op = RefcountOp::from_code(body[at + 12])
+            .ok_or_else(|| item_bad("op", body[at + 12].into(), "unknown refcount op"))?;
+        if body[at + 13..at + 16] != [0; 3] {
+            return Err(item_bad("update", start, "reserved bytes set"));
+        }
+        updates.push(RefcountUpdate {
+            op,
+            start: FsBlock(start),
+            length,
+        });
+    }
+    Ok(updates)
+}
+
 /// Decodes a record payload holding exactly `op_count` items.
 pub fn decode_log_items(payload: &[u8], op_count: u32) -> Result<Vec<LogItem>, FormatError> {
     let mut items = Vec::new();
@@ -644,6 +745,15 @@ mod tests {
                     generation: 0x9e37_79b9,
                 },
             },
+            LogItem::RefcountIntent {
+                intent_id: 2,
+                updates: vec![RefcountUpdate {
+                    op: RefcountOp::Decrease,
+                    start: FsBlock(2000),
+                    length: 3,
+                }],
+            },
+            LogItem::RefcountDone { intent_id: 2 },
             LogItem::CheckpointCommit { sequence: 17 },
         ]
     }
@@ -720,6 +830,24 @@ mod tests {
             .unwrap();
         raw[0] = 77;
         assert!(LogItem::decode(&raw).is_err());
+        let refcount = LogItem::RefcountIntent {
+            intent_id: 3,
+            updates: vec![RefcountUpdate {
+                op: RefcountOp::Increase,
+                start: FsBlock(10),
+                length: 2,
+            }],
+        };
+        let mut raw = Vec::new();
+        refcount.encode(&mut raw).unwrap();
+        for (at, value) in [(16 + 20, 9u8), (16 + 21, 1), (16 + 4, 1)] {
+            let mut bad = raw.clone();
+            bad[at] = value;
+            assert!(
+                LogItem::decode(&bad).is_err(),
+                "byte {at} = {value} accepted"
+            );
+        }
     }
 
     // Checks that inode create items with impossible shapes are refused.
@@ -813,6 +941,29 @@ mod tests {
             let mut raw = Vec::new();
             item.encode(&mut raw).unwrap();
             prop_assert_eq!(decode_log_items(&raw, 1).unwrap(), vec![item]);
+        }
+
+        #[test]
+        fn refcount_update_round_trip(
+            id: u64,
+            updates in proptest::collection::vec(
+                (0u64..1 << 50, 1u32..=EXTENT_LEN_MAX, 1u8..=3), 0..64,
+            ),
+        ) {
+            let updates: Vec<RefcountUpdate> = updates.into_iter()
+                .filter_map(|(start, length, op)| Some(RefcountUpdate {
+                    op: RefcountOp::from_code(op)?, start: FsBlock(start), length,
+                }))
+                .collect();
+            let items = vec![
+                LogItem::RefcountIntent { intent_id: id, updates },
+                LogItem::RefcountDone { intent_id: id },
+            ];
+            let mut raw = Vec::new();
+            for item in &items {
+                item.encode(&mut raw).unwrap();
+            }
+            prop_assert_eq!(decode_log_items(&raw, 2).unwrap(), items);
         }
 
         #[test]

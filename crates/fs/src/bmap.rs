@@ -87,7 +87,7 @@ pub(crate) fn free_intent(
 
 /// Most levels a tree of `kind` holding `records` records can have when every block but
 /// the root is half full.
-fn levels_bound(kind: MetaKind, block_size: u32, records: u64) -> u32 {
+pub(crate) fn levels_bound(kind: MetaKind, block_size: u32, records: u64) -> u32 {
     let Some(layout) = BtreeLayout::for_kind(kind, block_size) else {
         return BTREE_LEVELS_MAX;
     };

@@ -11,7 +11,9 @@ use cairn_bufcache::{BufKey, BufferCache, CacheConfig, HeaderOps, ReadSpec};
 use cairn_format::limits::BLOCK_SIZE_MAX;
 use cairn_format::superblock::FEATURES_INCOMPAT_KNOWN;
 use cairn_format::{Agf, BtreeLayout, Geometry, InodeNumber, MetaKind, OnDisk, Superblock};
-use cairn_journal::{Journal, JournalConfig, RecoveryReport, Reservation, inode_cluster_spec};
+use cairn_journal::{
+    IntentWork, Journal, JournalConfig, RecoveryReport, Reservation, inode_cluster_spec,
+};
 
 use crate::FsError;
 use crate::glue::Tx;
@@ -408,13 +410,22 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Frees the extents of intents recovery found unfinished, then logs their done items.
+    /// Finishes the intents recovery found unfinished (frees their extents, or applies their
+    /// refcount updates), logging their done items; then frees what copy-on-writes a crash
+    /// interrupted had staged.
     fn finish_intents(&self) -> Result<(), FsError> {
         for intent in self.recovery.unfinished_intents.clone() {
+            let extents = match intent.work {
+                IntentWork::Free(extents) => extents,
+                IntentWork::Refcount(updates) => {
+                    crate::reflink::finish_refcount_intent(self, intent.id, &updates)?;
+                    continue;
+                }
+            };
             let mut tx = self.begin_finishing(Reservation::remove(&self.geometry))?;
             let sequence = crate::glue::free_sequence(&self.journal);
             // Ascending AG order, as the allocator requires within one transaction.
-            let mut extents = intent.extents.clone();
+            let mut extents = extents.clone();
             extents.sort_by_key(|extent| extent.start.0);
             for extent in &extents {
                 self.alloc.free(
@@ -428,7 +439,7 @@ impl Filesystem {
             tx.tx.log_free_done(intent.id);
             tx.tx.commit()?;
         }
-        Ok(())
+        crate::reflink::free_leftover_staging(self)
     }
 
     /// The superblock with counters summed from the AG headers and the inode counts.

@@ -42,6 +42,7 @@ mod namei;
 mod perm;
 mod prealloc;
 mod recovery;
+mod reflink;
 mod remove;
 mod rename;
 mod seek;

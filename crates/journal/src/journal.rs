@@ -492,7 +492,7 @@ impl Inner {
         if !report.unfinished_intents.is_empty() {
             let mut cil = self.cil.lock();
             for intent in &report.unfinished_intents {
-                cil.insert_intent(intent.id, intent.extents.clone());
+                cil.insert_intent(intent.id, intent.work.clone());
             }
             let block = self.layout.block_size;
             let charge = cil.current.charge(block) - checkpoint_bytes_max(0, block);
@@ -852,13 +852,11 @@ impl Inner {
                     };
                     ail.insert(*key, lsn, item);
                 }
-                Vector::Intent { extents } => {
-                    let item = AilItem::Intent {
-                        extents: extents.clone(),
-                    };
+                Vector::Intent { work } => {
+                    let item = AilItem::Intent { work: work.clone() };
                     ail.insert(*key, lsn, item);
                 }
-                Vector::Done => {
+                Vector::Done { .. } => {
                     ail.remove(*key);
                 }
             }

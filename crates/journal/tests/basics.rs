@@ -8,7 +8,9 @@ mod common;
 use cairn_blockdev::MemDevice;
 use cairn_bufcache::ReadSpec;
 use cairn_format::{FsBlock, HEADER_SIZE, InodeNumber};
-use cairn_journal::{FreeExtent, JournalError, LogMode, Reservation};
+use cairn_journal::{
+    FreeExtent, IntentWork, JournalError, LogMode, RefcountOp, RefcountUpdate, Reservation,
+};
 use common::*;
 use std::sync::Arc;
 use std::time::Duration;
@@ -154,7 +156,8 @@ fn inode_items_recover_and_write_home() {
     journal.unmount().unwrap();
 }
 
-// An intent without its done item is reported by recovery; a finished one is not.
+// An intent without its done item is reported by recovery; a finished one is not. Both
+// kinds: extent-free and refcount intents.
 #[test]
 fn unfinished_intents_are_reported_and_relogged() {
     let (device, sb) = make_fs(64 << 20, None);
@@ -163,14 +166,22 @@ fn unfinished_intents_are_reported_and_relogged() {
         start: FsBlock(5000),
         length: 8,
     }];
+    let updates = [RefcountUpdate {
+        op: RefcountOp::Increase,
+        start: FsBlock(6000),
+        length: 4,
+    }];
     let mut tx = journal.begin(reservation(&sb, 0)).unwrap();
     let finished = tx.log_free_intent(&extents);
     let open_intent = tx.log_free_intent(&extents);
+    let finished_refcount = tx.log_refcount_intent(&updates);
+    let open_refcount = tx.log_refcount_intent(&updates);
     journal.force(tx.commit().unwrap()).unwrap();
     let mut tx = journal.begin(reservation(&sb, 0)).unwrap();
     tx.log_free_done(finished);
+    tx.log_refcount_done(finished_refcount);
     journal.force(tx.commit().unwrap()).unwrap();
-    assert_eq!(journal.pending_intents().len(), 1);
+    assert_eq!(journal.pending_intents().len(), 2);
     journal.check_invariants();
     // The watchdog's report names what holds the tail: the open intent.
     journal.push_ail().unwrap();
@@ -179,16 +190,20 @@ fn unfinished_intents_are_reported_and_relogged() {
     assert!(report.contains("intent of 1 extents"), "{report}");
     let crashed = crash(&device);
     let (recovered, report) = open(&crashed, &sb, quiet(LogMode::Delayed));
-    assert_eq!(report.unfinished_intents.len(), 1);
-    assert_eq!(report.unfinished_intents[0].id, open_intent);
-    assert_eq!(report.unfinished_intents[0].extents, extents.to_vec());
-    // Relogged: a second crash before the allocator finishes still reports it.
+    let pending = &report.unfinished_intents;
+    assert_eq!(pending.len(), 2);
+    assert_eq!(pending[0].id, open_intent);
+    assert_eq!(pending[0].work, IntentWork::Free(extents.to_vec()));
+    assert_eq!(pending[1].id, open_refcount);
+    assert_eq!(pending[1].work, IntentWork::Refcount(updates.to_vec()));
+    // Relogged: a second crash before the allocator finishes still reports them.
     let again = crash(&crashed);
     let mut tx = recovered.begin(reservation(&sb, 0)).unwrap();
     tx.log_free_done(open_intent);
+    tx.log_refcount_done(open_refcount);
     recovered.force(tx.commit().unwrap()).unwrap();
     let (_, report) = open(&again, &sb, quiet(LogMode::Delayed));
-    assert_eq!(report.unfinished_intents.len(), 1);
+    assert_eq!(report.unfinished_intents.len(), 2);
     recovered.unmount().unwrap();
     let (_, report) = open(&crashed, &sb, quiet(LogMode::Delayed));
     assert!(report.unfinished_intents.is_empty());
