@@ -682,8 +682,18 @@ pub(crate) fn trim_free_list<'c, B: Buffers<'c>>(
     busy: &mut BusyExtents,
     freed: (u64, bool),
 ) -> Result<(), AllocError> {
-    let (sequence, discard) = freed;
     let high = 2 * free_list_need(space.bno.levels(), space.cnt.levels());
+    trim_free_list_to(ctx, space, busy, freed, high)
+}
+
+/// Returns free-list blocks beyond `high` to free space (busy, as `trim_free_list`).
+pub(crate) fn trim_free_list_to<'c, B: Buffers<'c>>(
+    ctx: &mut AgCtx<'_, B>,
+    space: &mut AgSpace,
+    busy: &mut BusyExtents,
+    (sequence, discard): (u64, bool),
+    high: u32,
+) -> Result<(), AllocError> {
     while ctx.agf.free_list_count > high {
         let Some(block) = ctx.pop_free_list()? else {
             break;

@@ -26,9 +26,9 @@ use cairn_format::{AgBlock, AgNumber, FsBlock, RefcountKey, RefcountRecord};
 use cairn_lockrank::MutexGuard;
 
 use crate::ag::{AgCtx, agf_block, field, tree_error};
-use crate::allocator::{AgState, trim_free_list};
+use crate::allocator::{AgState, trim_free_list_to};
 use crate::busy::LogSequence;
-use crate::space::{AgSpace, refcount_insert_need};
+use crate::space::{AgSpace, free_list_need, refcount_insert_need};
 use crate::{AllocError, Allocator};
 
 /// The refcount tree's view of one AG for one operation: the AG context, whose free list
@@ -310,9 +310,11 @@ impl Allocator {
         bufs: &mut B,
         log: &dyn LogSequence,
         (start, length): (FsBlock, u32),
+        sequence: u64,
     ) -> Result<(), AllocError> {
         // New blocks overlap no staging record: the one call rewrites only neighbours.
-        let (done, _) = self.rewrite(bufs, log, (start, length), Change::Staging(true), (0, 4))?;
+        let change = Change::Staging(true);
+        let (done, _) = self.rewrite(bufs, log, (start, length), change, (sequence, 4))?;
         debug_assert_eq!(done, length);
         Ok(())
     }
@@ -427,17 +429,21 @@ impl Allocator {
             state,
         };
         let range = (first, end as u32);
+        let list_before = held.ctx.agf.free_list_count;
         let (done_end, zeroed) = self.rewrite_in(&mut held, log, range, change, records_max)?;
         if let Change::Shared(_) = change {
             for &(at, blocks) in &zeroed {
                 held.space.add(held.ctx, at, blocks)?;
                 held.state.busy.insert(at, blocks, sequence, self.discard);
             }
-            if !zeroed.is_empty() {
-                let freed = (sequence, self.discard);
-                trim_free_list(held.ctx, &mut held.space, &mut held.state.busy, freed)?;
-            }
         }
+        // What a refill for the refcount tree took beyond the free list's own need goes
+        // back: a change leaves the list no longer than it found it (so a share undone
+        // leaves free space as it was).
+        let need = free_list_need(held.space.bno.levels(), held.space.cnt.levels());
+        let freed = (sequence, self.discard);
+        let high = list_before.max(need);
+        trim_free_list_to(held.ctx, &mut held.space, &mut held.state.busy, freed, high)?;
         self.note_hints(ag.0, &held.ctx.agf);
         Ok((done_end - first, zeroed))
     }
@@ -480,6 +486,17 @@ impl Allocator {
             )?;
             let mut rctx = RefcountCtx { ag: held.ctx };
             tree.insert(&mut rctx, record)?;
+        }
+        if new.is_empty() && tree.levels() == 1 && tree.first(held.ctx)?.is_none() {
+            // The last record went: the root goes back to the free list, and the AG has no
+            // tree again (as before its first shared block).
+            let mut rctx = RefcountCtx { ag: held.ctx };
+            let root = tree.spec().fs_block(tree.root());
+            rctx.invalidate(root, &tree.spec().read_spec)?;
+            rctx.free_block(root)?;
+            held.ctx.set_field(field::REFCOUNT_ROOT, 0)?;
+            held.ctx.set_field(field::REFCOUNT_LEVELS, 0)?;
+            return Ok((end, zeroed));
         }
         let narrow = |v: u64| u32::try_from(v).unwrap_or(NULL_AG_BLOCK);
         held.ctx

@@ -231,7 +231,7 @@ fn run_op(world: &mut World, op: &Op) {
                 let mut ctx = CacheContext::new(&world.cache);
                 world
                     .alloc
-                    .stage(&mut ctx, &world.log, (FsBlock(start), got))
+                    .stage(&mut ctx, &world.log, (FsBlock(start), got), world.sequence)
                     .unwrap();
                 world
                     .staged
