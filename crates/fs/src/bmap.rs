@@ -34,7 +34,7 @@
 use cairn_alloc::{Mode, Request};
 use cairn_btree::{Buffers, CacheContext};
 use cairn_bufcache::{BufKey, ReadSpec};
-use cairn_format::inode::{ForkFormat, fork_extents, put_fork_extents};
+use cairn_format::inode::{ForkFormat, INODE_FLAG_REFLINK, fork_extents, put_fork_extents};
 use cairn_format::limits::{BTREE_LEVELS_MAX, EXTENT_LEN_MAX};
 use cairn_format::{AgNumber, BtreeLayout, Extent, FsBlock, MetaKind};
 use cairn_journal::{FreeExtent, IntentId, Reservation};
@@ -698,8 +698,11 @@ pub(crate) fn free_extents(extents: &[Extent]) -> Vec<FreeExtent> {
 
 /// Finishes a step that cut `removed` out of `map` in `tx`: stores the map first (a split
 /// extent may need an extent-tree block a full filesystem lacks; then the step commits what
-/// changed, unmaps nothing, and no intent may free blocks still mapped), logs a free intent
-/// for `removed`, lowers the block count and commits; a second transaction frees them.
+/// changed, unmaps nothing, and no intent may free blocks still mapped), logs an intent for
+/// `removed` (a free intent; for a file that may share blocks, `INODE_FLAG_REFLINK`, a
+/// refcount intent dropping one mapping of each block, which frees only the blocks no other
+/// file maps), lowers the block count and commits; a second transaction does the work.
+/// A reflink file whose map this empties loses its flag.
 pub(crate) fn commit_unmap(
     fs: &Filesystem,
     mut tx: Tx<'_>,
@@ -713,12 +716,23 @@ pub(crate) fn commit_unmap(
         fs.commit(tx, &mut [data])?;
         return Err(error);
     }
-    let intent = tx.tx.log_free_intent(&free_extents(removed));
+    let shared = data.core.flags & INODE_FLAG_REFLINK != 0;
+    let updates = crate::reflink::decrease_updates(removed);
+    let intent = match shared {
+        true => tx.tx.log_refcount_intent(&updates),
+        false => tx.tx.log_free_intent(&free_extents(removed)),
+    };
+    if shared && data.core.data_extent_count == 0 {
+        data.core.flags &= !INODE_FLAG_REFLINK;
+    }
     let released: u64 = removed.iter().map(|e| u64::from(e.length)).sum();
     data.core.block_count = data.core.block_count.saturating_sub(released);
     Filesystem::log_inode(&mut tx, number, data);
     fs.commit(tx, &mut [data])?;
-    free_intent(fs, intent, removed)
+    match shared {
+        true => crate::reflink::finish_refcount_intent(fs, intent, &updates),
+        false => free_intent(fs, intent, removed),
+    }
 }
 
 /// Joins and invalidates the buffers of `extents` (logged metadata blocks about to be freed:

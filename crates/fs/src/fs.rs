@@ -119,6 +119,8 @@ pub struct Filesystem {
     pub(crate) write_behind: crate::write_behind::WriteBehind,
     /// What the daemon's background thread waits on (`background.rs`).
     pub(crate) background: Arc<crate::background::BackgroundSignal>,
+    /// Sharing and copy-on-write counters (`reflink.rs`).
+    pub(crate) reflink: crate::reflink::ReflinkCounters,
 }
 
 /// Reads and checks the primary superblock of `device`.
@@ -224,6 +226,7 @@ impl Filesystem {
             rename_lock: cairn_lockrank::Mutex::new(cairn_lockrank::Rank::Rename, ()),
             preallocs: crate::prealloc::Preallocs::default(),
             data_cache: crate::extents::DataCache::new()?,
+            reflink: crate::reflink::ReflinkCounters::default(),
         };
         fs.finish_intents()?;
         fs.load_ag_counts()?;
@@ -363,6 +366,7 @@ impl Filesystem {
             data: self.preallocs.stats(),
             extcache: self.data_cache.cache.stats(),
             write_behind: self.write_behind.stats(),
+            reflink: self.reflink.snapshot(),
         }
     }
 

@@ -64,6 +64,7 @@ pub use fs::Filesystem;
 pub use grow::{GrowReport, HeldInode, grown_geometry};
 pub use iobuf::ReadData;
 pub use prealloc::BackgroundScan;
+pub use reflink::ReflinkStats;
 pub use seek::FileExtent;
 pub use types::{
     AtimeMode, Attr, COMMIT_INTERVAL_MS_DEFAULT, Credentials, DataStats, DirEntry, FallocateMode,

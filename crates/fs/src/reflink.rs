@@ -12,14 +12,79 @@
 //! crash left (`Filesystem::finish_intents`) and frees the blocks of copy-on-writes that
 //! never reached a file map (`free_leftover_staging`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cairn_format::inode::INODE_FLAG_REFLINK;
 use cairn_format::log::RefcountUpdate;
-use cairn_format::{AgNumber, MetaKind};
+use cairn_format::{AgNumber, Extent, MetaKind};
 use cairn_journal::{IntentId, RefcountOp, Reservation};
+use cairn_lockrank::{Order, RwLockWriteGuard};
 
 use crate::FsError;
-use crate::bmap::{free_tree_levels, levels_bound};
+use crate::bmap::{EXTENTS_PER_STEP, FileMap, free_tree_levels, levels_bound, step_reservation};
+use crate::data::check_data_file;
 use crate::fs::Filesystem;
 use crate::glue::{JournalLog, free_sequence};
+use crate::inode::{Inode, now};
+use crate::write_behind::PageSet;
+
+/// The rule under which `copy_file_range` holds two I/O locks: by inode number, the lower
+/// first (nothing else holds two).
+const TWO_FILES: &str = "copy_file_range: source and destination by inode number";
+
+/// Bytes one read and write of a data copy moves.
+const COPY_CHUNK_BYTES: u64 = 1 << 20;
+
+/// Counters of sharing and copy-on-write, for `cairn stats`.
+#[derive(Debug, Default)]
+pub(crate) struct ReflinkCounters {
+    pub clones: AtomicU64,
+    pub shared_blocks: AtomicU64,
+    pub copied_bytes: AtomicU64,
+    pub cow_writes: AtomicU64,
+    pub cow_blocks: AtomicU64,
+}
+
+/// A snapshot of `ReflinkCounters`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReflinkStats {
+    /// `copy_file_range` calls that shared blocks.
+    pub clones: u64,
+    /// Blocks those calls shared (mapped into the destination without copying).
+    pub shared_blocks: u64,
+    /// Bytes `copy_file_range` copied (unaligned heads and tails, or everything when the
+    /// offsets differ within a block or the filesystem has no reflink feature).
+    pub copied_bytes: u64,
+    /// Writes (and other changes) that found shared blocks and copied them first.
+    pub cow_writes: u64,
+    /// Blocks those copies-on-write allocated.
+    pub cow_blocks: u64,
+}
+
+impl ReflinkCounters {
+    pub(crate) fn snapshot(&self) -> ReflinkStats {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        ReflinkStats {
+            clones: load(&self.clones),
+            shared_blocks: load(&self.shared_blocks),
+            copied_bytes: load(&self.copied_bytes),
+            cow_writes: load(&self.cow_writes),
+            cow_blocks: load(&self.cow_blocks),
+        }
+    }
+}
+
+/// Refcount updates dropping one mapping of each of `removed`'s blocks.
+pub(crate) fn decrease_updates(removed: &[Extent]) -> Vec<RefcountUpdate> {
+    removed
+        .iter()
+        .map(|e| RefcountUpdate {
+            op: RefcountOp::Decrease,
+            start: e.fs_block,
+            length: e.length,
+        })
+        .collect()
+}
 
 /// Records of the refcount tree one `change_references` call may rewrite: bounds the
 /// buffers a call joins (`refcount_call_buffers`).
@@ -58,7 +123,9 @@ pub(crate) fn finish_refcount_intent(
 ) -> Result<(), FsError> {
     let mut left = updates.to_vec();
     // Ascending blocks are ascending AGs: the allocator's lock order within a transaction.
-    left.sort_by_key(|update| update.start.0);
+    // At one start, increases first: a decrease never takes a block another update still
+    // counts on to 0.
+    left.sort_by_key(|update| (update.start.0, update.op != RefcountOp::Increase));
     let frees = left.iter().any(|update| update.op == RefcountOp::Decrease);
     let per_call = refcount_call_buffers(fs) as usize;
     let mut intent = intent;
@@ -122,6 +189,294 @@ pub(crate) fn free_leftover_staging(fs: &Filesystem) -> Result<(), FsError> {
         }
     }
     Ok(())
+}
+
+impl Filesystem {
+    /// `copy_file_range`: copies up to `len` bytes of file `src` at `src_offset` to file
+    /// `dst` at `dst_offset`, stopping at the source's end of file; the destination grows as
+    /// needed. Returns the bytes copied. With the reflink feature, when both offsets lie at
+    /// the same place in a block, the whole blocks of the range (and the source's last,
+    /// partial block when the copy ends at both files' ends) are shared, not copied: both
+    /// files map the same blocks until one of them writes there (copy-on-write). The
+    /// unaligned head and tail, and everything when the offsets differ within a block, are
+    /// copied. Ranges of one file must not overlap.
+    pub fn copy_file_range(
+        &self,
+        src: u64,
+        src_offset: u64,
+        dst: u64,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<u64, FsError> {
+        self.check_writable()?;
+        let max = cairn_format::limits::FILE_BLOCK_MAX;
+        let too_far = |offset: u64| offset.checked_add(len).is_none_or(|end| end > max);
+        if too_far(src_offset) || too_far(dst_offset) {
+            return Err(FsError::InvalidArgument("copy range past the largest file"));
+        }
+        let source = self.live_inode(src)?;
+        let target = self.live_inode(dst)?;
+        let src_size = {
+            let meta = source.data.lock();
+            check_data_file(&meta)?;
+            meta.core.size
+        };
+        check_data_file(&target.data.lock())?;
+        let len = len.min(src_size.saturating_sub(src_offset));
+        let overlap = src_offset < dst_offset + len && dst_offset < src_offset + len;
+        if src == dst && overlap {
+            return Err(FsError::InvalidArgument("copy within one file onto itself"));
+        }
+        if len == 0 {
+            return Ok(0);
+        }
+        let block_size = u64::from(self.geometry.block_size);
+        let aligned = src_offset % block_size == dst_offset % block_size;
+        if !self.superblock.has_reflink() || !aligned {
+            self.copy_data((src, src_offset), (dst, dst_offset), len)?;
+            return Ok(len);
+        }
+        let head = ((block_size - src_offset % block_size) % block_size).min(len);
+        self.copy_data((src, src_offset), (dst, dst_offset), head)?;
+        let (first, last) = (
+            (src_offset + head) / block_size,
+            (src_offset + len) / block_size,
+        );
+        let dst_size = target.data.lock().core.size;
+        // The source's last, partial block is shared too when the copy ends at the end of
+        // the source and at or past the end of the destination: no byte of it is in the
+        // destination's old contents, and the bytes past the new end never show (a growth
+        // zeroes them first, copying the block).
+        let eof_block = src_offset + len == src_size && dst_offset + len >= dst_size;
+        let last = if eof_block {
+            (src_offset + len).div_ceil(block_size)
+        } else {
+            last
+        };
+        if last > first {
+            let blocks = (first, last - first);
+            let dst_first = (dst_offset + head) / block_size;
+            let end = dst_offset + len;
+            self.share_blocks((&source, &target), blocks, dst_first, end)?;
+        }
+        let tail_from = (last * block_size).clamp(src_offset + head, src_offset + len);
+        let tail = src_offset + len - tail_from;
+        let dst_tail = dst_offset + (tail_from - src_offset);
+        self.copy_data((src, tail_from), (dst, dst_tail), tail)?;
+        Ok(len)
+    }
+
+    /// Copies `len` bytes through the ordinary read and write paths (which copy on write
+    /// where the destination shares blocks).
+    fn copy_data(
+        &self,
+        (src, from): (u64, u64),
+        (dst, to): (u64, u64),
+        len: u64,
+    ) -> Result<(), FsError> {
+        let mut done = 0;
+        while done < len {
+            let chunk = (len - done).min(COPY_CHUNK_BYTES) as u32;
+            let data = self.read_data(src, from + done, chunk)?;
+            if data.is_empty() {
+                break;
+            }
+            let wrote = self.write(dst, to + done, &data)?;
+            done += u64::from(wrote);
+        }
+        self.reflink.copied_bytes.fetch_add(done, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Maps source blocks `first..first + count` into the destination from file block
+    /// `dst_first` on, sharing them; the destination's size grows to at most `end` bytes.
+    /// Holds both files' I/O locks (cached pages written back first) throughout, so
+    /// nothing else maps or frees either file's blocks meanwhile: each step's refcount
+    /// intent is finished before the locks go.
+    fn share_blocks(
+        &self,
+        (source, target): (&Inode, &Inode),
+        (first, count): (u64, u64),
+        dst_first: u64,
+        end: u64,
+    ) -> Result<(), FsError> {
+        let (mut source_pages, mut target_pages) = lock_two(source, target);
+        if let Some(pages) = source_pages.as_deref_mut().filter(|p| !p.is_empty()) {
+            self.write_back(source, pages)?;
+        }
+        if !target_pages.is_empty() {
+            self.write_back(target, &mut target_pages)?;
+        }
+        self.set_reflink_flag(source)?;
+        let stop = first + count;
+        let pieces = {
+            let meta = source.data.lock();
+            let map = FileMap::read_around(self, source.number, &meta, (first, stop))?;
+            written_pieces(map.extents(), first, stop)
+        };
+        let shift = Shift { first, dst_first };
+        let mut at = first;
+        while at < stop {
+            at = self.share_step(target, &pieces, (at, stop), shift, end)?;
+        }
+        self.reflink.clones.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// One transaction of `share_blocks` from source block `at`: the destination blocks of
+    /// up to `EXTENTS_PER_STEP` source pieces (and over up to as many destination extents)
+    /// are unmapped and the source's blocks mapped there, with an intent counting the new
+    /// mappings and dropping the old; then a second transaction applies it. Returns where
+    /// the next step starts.
+    fn share_step(
+        &self,
+        target: &Inode,
+        pieces: &[Extent],
+        (at, stop): (u64, u64),
+        shift: Shift,
+        end: u64,
+    ) -> Result<u64, FsError> {
+        let source_runs = pieces.iter().map(|p| (p.file_block, p.file_end()));
+        let src_end = step_end(source_runs, at, stop);
+        let mut meta = target.data.lock();
+        let mut tx = self.begin(step_reservation(self))?;
+        let range = (shift.to_dst(at), shift.to_dst(src_end));
+        let mut map = FileMap::load_around(self, &mut tx, target.number, &meta, &[range])?;
+        let dst_runs = map.extents().iter().map(|e| (e.file_block, e.file_end()));
+        let dst_end = step_end(dst_runs, range.0, range.1);
+        let removed = map.cut(range.0, dst_end);
+        let shared = clip(pieces, at, shift.to_src(dst_end));
+        for piece in &shared {
+            let to = shift.to_dst(piece.file_block);
+            let extent = Extent::new(to, piece.fs_block, piece.length, false)
+                .map_err(|e| FsError::corrupt("extent", piece.fs_block.0, e.to_string()))?;
+            map.insert(extent);
+        }
+        if let Err(error) = map.store(self, &mut tx, &mut meta) {
+            Self::log_inode(&mut tx, target.number, &mut meta);
+            self.commit(tx, &mut [&mut meta])?;
+            return Err(error);
+        }
+        let mut updates = increase_updates(&shared);
+        updates.extend(decrease_updates(&removed));
+        let intent = (!updates.is_empty()).then(|| tx.tx.log_refcount_intent(&updates));
+        let added: u64 = shared.iter().map(|p| u64::from(p.length)).sum();
+        let dropped: u64 = removed.iter().map(|e| u64::from(e.length)).sum();
+        let block_size = u64::from(self.geometry.block_size);
+        let now = now();
+        meta.core.flags |= INODE_FLAG_REFLINK;
+        meta.core.block_count = (meta.core.block_count + added).saturating_sub(dropped);
+        meta.core.size = meta.core.size.max((dst_end * block_size).min(end));
+        meta.core.mtime = now;
+        meta.core.ctime = now;
+        Self::log_inode(&mut tx, target.number, &mut meta);
+        self.commit(tx, &mut [&mut meta])?;
+        drop(meta);
+        if let Some(intent) = intent {
+            finish_refcount_intent(self, intent, &updates)?;
+        }
+        self.reflink
+            .shared_blocks
+            .fetch_add(added, Ordering::Relaxed);
+        Ok(shift.to_src(dst_end))
+    }
+
+    /// Sets `INODE_FLAG_REFLINK` on a file about to share its blocks (before any is shared:
+    /// its frees and writes must consult the refcount tree from then on).
+    fn set_reflink_flag(&self, handle: &Inode) -> Result<(), FsError> {
+        let mut meta = handle.data.lock();
+        if meta.core.flags & INODE_FLAG_REFLINK != 0 {
+            return Ok(());
+        }
+        let mut tx = self.begin(Reservation::for_items(&self.geometry, 0, 0, 1, 0))?;
+        meta.core.flags |= INODE_FLAG_REFLINK;
+        Self::log_inode(&mut tx, handle.number, &mut meta);
+        self.commit(tx, &mut [&mut meta])?;
+        Ok(())
+    }
+}
+
+/// Source file blocks to destination file blocks: `first` maps to `dst_first`.
+#[derive(Debug, Clone, Copy)]
+struct Shift {
+    first: u64,
+    dst_first: u64,
+}
+
+impl Shift {
+    fn to_dst(self, block: u64) -> u64 {
+        block - self.first + self.dst_first
+    }
+
+    fn to_src(self, block: u64) -> u64 {
+        block - self.dst_first + self.first
+    }
+}
+
+/// The I/O locks of both files, the lower inode number first (one lock for one file): the
+/// source's (`None` when it is the destination) and the destination's.
+fn lock_two<'a>(
+    source: &'a Inode,
+    target: &'a Inode,
+) -> (
+    Option<RwLockWriteGuard<'a, PageSet>>,
+    RwLockWriteGuard<'a, PageSet>,
+) {
+    let second = |inode: &'a Inode| {
+        inode
+            .io
+            .write_with(inode.number, Order::Declared(TWO_FILES))
+    };
+    match source.number.cmp(&target.number) {
+        std::cmp::Ordering::Equal => (None, target.io.write()),
+        std::cmp::Ordering::Less => {
+            let first = source.io.write();
+            (Some(first), second(target))
+        }
+        std::cmp::Ordering::Greater => {
+            let first = target.io.write();
+            (Some(second(source)), first)
+        }
+    }
+}
+
+/// Refcount updates adding one mapping of each of `shared`'s blocks.
+fn increase_updates(shared: &[Extent]) -> Vec<RefcountUpdate> {
+    shared
+        .iter()
+        .map(|e| RefcountUpdate {
+            op: RefcountOp::Increase,
+            start: e.fs_block,
+            length: e.length,
+        })
+        .collect()
+}
+
+/// The written extents of `extents` clipped to file blocks `first..stop` (holes and
+/// unwritten extents read as zeros: the destination gets holes there).
+fn written_pieces(extents: &[Extent], first: u64, stop: u64) -> Vec<Extent> {
+    let written: Vec<Extent> = extents.iter().filter(|e| !e.unwritten).copied().collect();
+    clip(&written, first, stop)
+}
+
+/// The parts of `extents` (sorted) inside file blocks `from..to`.
+fn clip(extents: &[Extent], from: u64, to: u64) -> Vec<Extent> {
+    extents
+        .iter()
+        .filter(|e| e.file_end() > from && e.file_block < to)
+        .map(|e| crate::bmap::piece(e, e.file_block.max(from), e.file_end().min(to)))
+        .collect()
+}
+
+/// Where a step from `at` (of `at..stop`) ends so that it spans at most `EXTENTS_PER_STEP`
+/// of the `runs` (sorted `(first, end)` file block ranges): at the start of the first run
+/// past that many (which lies past `at`), or `stop`.
+fn step_end(runs: impl Iterator<Item = (u64, u64)>, at: u64, stop: u64) -> u64 {
+    let mut inside = runs.filter(|&(first, end)| end > at && first < stop);
+    match inside.nth(EXTENTS_PER_STEP) {
+        Some((first, _)) => first.max(at + 1),
+        None => stop,
+    }
 }
 
 #[cfg(test)]
@@ -223,7 +578,7 @@ mod tests {
             .unwrap()
             .unwrap();
         fs.alloc
-            .stage(&mut tx, &log, (staged.fs_start, staged.length))
+            .stage(&mut tx, &log, (staged.fs_start, staged.length), 1)
             .unwrap();
         tx.tx.commit().unwrap();
         fs.sync().unwrap();

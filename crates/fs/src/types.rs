@@ -248,4 +248,5 @@ pub struct FsStats {
     pub data: DataStats,
     pub extcache: cairn_extcache::StatsSnapshot,
     pub write_behind: crate::write_behind::WriteBehindStats,
+    pub reflink: crate::reflink::ReflinkStats,
 }

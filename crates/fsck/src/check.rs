@@ -68,6 +68,8 @@ pub struct Findings {
     /// Block directories whose hash index disagrees with their entries or cannot be
     /// walked: repair rebuilds it.
     pub(crate) bad_index: BTreeSet<u64>,
+    /// Regular files that map shared blocks without `INODE_FLAG_REFLINK`: repair sets it.
+    pub(crate) missing_reflink: BTreeSet<u64>,
     /// Inodes whose block count is not what their forks hold, with the blocks of the data
     /// fork (data and extent tree; the attr fork's are in `attr_blocks`).
     pub(crate) wrong_counts: BTreeMap<u64, u64>,
@@ -116,6 +118,8 @@ pub struct Checker<'a> {
     /// earlier survey found an entry naming a verified inode in no known chunk).
     pub scan_all: bool,
     pub(crate) findings: Findings,
+    /// What the refcount trees hold (reflink), checked against the files' mappings.
+    pub(crate) refcounts: crate::refcount::RefcountSeen,
     /// The progress line (hidden unless the caller gives one).
     pub progress: Progress,
 }
@@ -144,6 +148,7 @@ impl<'a> Checker<'a> {
             repairing: false,
             scan_all: false,
             findings: Findings::default(),
+            refcounts: Default::default(),
             progress: Progress::hidden(),
         }
     }
@@ -256,6 +261,7 @@ impl<'a> Checker<'a> {
         if let Some(agf) = self.read_agf(ag) {
             self.check_free_list(ag, &agf);
             totals.free_blocks = self.check_free_space(ag, &agf);
+            self.check_refcount_tree(ag, &agf);
         }
         if let Some(agi) = self.read_agi(ag) {
             self.unlinked_heads.push((ag, agi.unlinked.to_vec()));
@@ -354,13 +360,38 @@ impl<'a> Checker<'a> {
         self.report.allocated_inodes = totals.inodes - totals.free_inodes.min(totals.inodes);
     }
 
-    /// Every block is claimed exactly once: none twice, none lost.
+    /// Every block is claimed exactly once, none twice, none lost; with the reflink feature,
+    /// regular files' data may be claimed several times, as the refcount trees count.
     fn check_claims(&mut self) {
         let mut claims = std::mem::take(&mut self.claims);
         claims.sort();
+        if !self.superblock.has_reflink() {
+            self.check_exclusive(&claims);
+            self.claims = claims;
+            return;
+        }
+        let (data, others): (Vec<&Claim>, Vec<&Claim>) =
+            claims.iter().partition(|claim| self.shareable(claim));
+        self.check_shared(&data);
+        let mut exclusive: Vec<Claim> = others.into_iter().cloned().collect();
+        for (start, end, _) in crate::refcount::mapping_counts(&data) {
+            exclusive.push(Claim {
+                start,
+                length: end - start,
+                owner: "file data",
+                inode: None,
+            });
+        }
+        exclusive.sort();
+        self.check_exclusive(&exclusive);
+        self.claims = claims;
+    }
+
+    /// `claims` (sorted) cover the device exactly once.
+    fn check_exclusive(&mut self, claims: &[Claim]) {
         let mut cursor = 0u64;
         let mut last_owner = "start of the device";
-        for claim in &claims {
+        for claim in claims {
             if claim.start < cursor {
                 let message = format!(
                     "blocks {}..{} are claimed by both {} and {}",
@@ -382,7 +413,6 @@ impl<'a> Checker<'a> {
         if cursor < self.geometry.block_count {
             self.report_lost(cursor, self.geometry.block_count);
         }
-        self.claims = claims;
     }
 
     fn report_lost(&mut self, start: u64, end: u64) {

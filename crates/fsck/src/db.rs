@@ -1,6 +1,6 @@
 //! `cairn-db`: read-only views of a cairn filesystem for administrators (modelled on xfs_db):
-//! the superblock, a free-space histogram, the file fragmentation factor, a file's extents,
-//! an inode, and the log's records. It reads through `SnoopDevice`, so it is safe on a
+//! the superblock, a free-space histogram, the file fragmentation factor, a file's extents
+//! (shared ones marked), an inode, the log's records and the refcount trees. It reads through `SnoopDevice`, so it is safe on a
 //! mounted device; what it shows of a live filesystem is as of the last writeback.
 
 use std::ffi::OsString;
@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 use cairn_blockdev::BlockDevice;
 use cairn_format::btree_block::FreeSpaceRecord;
 use cairn_format::inode::{FileType, ForkFormat, InodeCore, fork_extents, local_bytes};
-use cairn_format::{AgNumber, Expected, Extent, InodeNumber, MetaKind, OnDisk};
+use cairn_format::{AgNumber, Expected, Extent, InodeNumber, MetaKind, OnDisk, RefcountRecord};
 
 use crate::check::Checker;
 use crate::dir_read::DirSource;
@@ -38,8 +38,11 @@ pub enum DbCommand {
     Freesp,
     /// File fragmentation factor.
     Frag,
-    /// A file's extents with AG and AG offset.
+    /// A file's extents with AG and AG offset; blocks other files share are marked.
     Bmap { path_or_inode: String },
+    /// The refcount tree records (reflink: shared and copy-on-write staging blocks) of one
+    /// AG, or of every AG.
+    Refcount { ag: Option<u32> },
     /// An inode's fields.
     Inode { number: u64 },
     /// The log's records and checkpoints.
@@ -100,7 +103,62 @@ pub fn run(device: &dyn BlockDevice, command: &DbCommand) -> Result<String, DbEr
             Ok(format!("inode {number}:\n{core:#?}\n"))
         }
         DbCommand::Logprint => Ok(crate::logprint::logprint(&mut checker)),
+        DbCommand::Refcount { ag } => refcount(&mut checker, *ag),
     }
+}
+
+/// The refcount records of AG `ag` (none without a tree; those that decode).
+fn refcount_records(checker: &mut Checker<'_>, ag: u32) -> Vec<RefcountRecord> {
+    let Some(agf) = checker.read_agf(ag).filter(|agf| agf.has_refcount_tree()) else {
+        return Vec::new();
+    };
+    let tree = AgTree {
+        kind: MetaKind::RefcountBtree,
+        ag,
+        root: agf.refcount_root,
+        levels: agf.refcount_levels,
+    };
+    let raw = checker.walk_ag_tree(tree).unwrap_or_default();
+    raw.iter()
+        .filter_map(|bytes| RefcountRecord::decode(bytes).ok())
+        .collect()
+}
+
+fn refcount(checker: &mut Checker<'_>, only: Option<u32>) -> Result<String, DbError> {
+    let count = checker.geometry.ag_count;
+    if only.is_some_and(|ag| ag >= count) {
+        return Err(DbError::NotFound(format!(
+            "no AG {} (of {count})",
+            only.unwrap_or(0)
+        )));
+    }
+    let mut out = String::new();
+    let (mut shared, mut staging) = (0u64, 0u64);
+    for ag in (0..count).filter(|ag| only.is_none_or(|only| only == *ag)) {
+        let records = refcount_records(checker, ag);
+        let _ = writeln!(out, "AG {ag}: {} records", records.len());
+        let base = checker.geometry.ag_start(ag);
+        for record in records {
+            let start = base + u64::from(record.start.0);
+            let end = start + u64::from(record.length) - 1;
+            let (first, last) = (record.start.0, record.end() - 1);
+            match record.staging {
+                true => staging += u64::from(record.length),
+                false => shared += u64::from(record.length),
+            }
+            let what = match record.staging {
+                true => "copy-on-write staging".to_string(),
+                false => format!("shared by {}", record.refcount),
+            };
+            let length = record.length;
+            let _ = writeln!(
+                out,
+                "  {start}..{end} ({first}..{last}) {length} blocks {what}"
+            );
+        }
+    }
+    let _ = writeln!(out, "shared blocks {shared}, staging blocks {staging}");
+    Ok(out)
 }
 
 /// Free extents of AG `ag` from its by-block tree.
@@ -236,10 +294,16 @@ fn bmap(checker: &mut Checker<'_>, number: u64) -> Result<String, DbError> {
     let extents = data_extents(checker, number)?;
     let mut out = format!("inode {number}: {} extents\n", extents.len());
     let g = checker.geometry;
+    let mut records: std::collections::BTreeMap<u32, Vec<RefcountRecord>> = Default::default();
     for (index, extent) in extents.iter().enumerate() {
         let ag = g.ag_of(extent.fs_block);
         let offset = extent.fs_block.0 - g.ag_start(AgNumber(ag.0).0);
+        let ag_records = records
+            .entry(ag.0)
+            .or_insert_with(|| refcount_records(checker, ag.0));
+        let shared = shared_note(ag_records, offset, extent.length);
         let state = if extent.unwritten { " unwritten" } else { "" };
+        let state = format!("{state}{shared}");
         let _ = writeln!(
             out,
             "{index}: [{}..{}]: {}..{} AG {} ({offset}..{}) {} blocks{state}",
@@ -253,4 +317,23 @@ fn bmap(checker: &mut Checker<'_>, number: u64) -> Result<String, DbError> {
         );
     }
     Ok(out)
+}
+
+/// " shared: a..b xN, ..." for the parts of AG blocks `offset..offset + length` that other
+/// files share (the refcount records of the AG), or nothing.
+fn shared_note(records: &[RefcountRecord], offset: u64, length: u32) -> String {
+    let end = offset + u64::from(length);
+    let parts: Vec<String> = records
+        .iter()
+        .filter(|r| !r.staging && r.end() > offset && u64::from(r.start.0) < end)
+        .map(|r| {
+            let from = u64::from(r.start.0).max(offset);
+            let to = r.end().min(end);
+            format!("{from}..{} x{}", to - 1, r.refcount)
+        })
+        .collect();
+    match parts.is_empty() {
+        true => String::new(),
+        false => format!(" shared: {}", parts.join(", ")),
+    }
 }

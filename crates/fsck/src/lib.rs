@@ -35,6 +35,7 @@ mod logprint;
 mod namespace;
 pub mod probe;
 pub mod progress;
+mod refcount;
 pub mod repair;
 pub mod report;
 pub mod snoop;

@@ -29,6 +29,8 @@ pub struct InodeSeen {
     pub block_count: u64,
     pub nlink: u32,
     pub next_unlinked: u32,
+    /// `INODE_FLAG_*` bits.
+    pub flags: u32,
     /// Directories only: where the entries are.
     pub dir: Option<DirSource>,
 }
@@ -63,6 +65,7 @@ impl Checker<'_> {
             block_count: core.block_count,
             nlink: core.nlink,
             next_unlinked: core.next_unlinked,
+            flags: core.flags,
             dir,
         };
         self.inodes.insert(number.0, seen);

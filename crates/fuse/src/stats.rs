@@ -403,6 +403,7 @@ pub fn render(fs: &FsStats, requests: &RequestStats) -> String {
     section(&mut out, "data", &format!("{:#?}", fs.data));
     section(&mut out, "extcache", &format!("{:#?}", fs.extcache));
     section(&mut out, "write_behind", &format!("{:#?}", fs.write_behind));
+    section(&mut out, "reflink", &format!("{:#?}", fs.reflink));
     if let Some(transport) = requests.transport.get() {
         let _ = writeln!(out, "[fuse transport]");
         for line in transport.lines() {
@@ -537,6 +538,7 @@ mod tests {
             data: Default::default(),
             extcache: Default::default(),
             write_behind: Default::default(),
+            reflink: Default::default(),
         };
         let text = render(&fs, &RequestStats::default());
         let sections = [
@@ -547,6 +549,7 @@ mod tests {
             "data",
             "extcache",
             "write_behind",
+            "reflink",
         ];
         for name in sections {
             assert!(

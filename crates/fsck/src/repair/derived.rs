@@ -3,11 +3,12 @@
 //! cannot be walked) gets a new index built from the entries of its data blocks, in its old
 //! index blocks and, if those are too few, blocks no structure claims; the data fork maps
 //! exactly the new index blocks. Inodes whose block count differs from what their forks
-//! hold get the count of the forks.
+//! hold get the count of the forks; regular files that map shared blocks without the
+//! reflink flag get it.
 
 use cairn_format::btree_block::{BtreeHeader, BtreeLayout};
 use cairn_format::dir::{DirHashKey, DirHashRecord, dir_address, dir_data_entries, name_hash};
-use cairn_format::inode::{FileType, InodeCore};
+use cairn_format::inode::{FileType, INODE_FLAG_REFLINK, InodeCore};
 use cairn_format::limits::EXTENT_LEN_MAX;
 use cairn_format::ondisk::put_u64;
 use cairn_format::types::NULL_BLOCK;
@@ -68,6 +69,13 @@ impl Repairer<'_> {
         for (&inode, &size) in &findings.wrong_dir_size {
             self.set_counts(inode, "size", |core| {
                 (std::mem::replace(&mut core.size, size), size)
+            })?;
+        }
+        for &inode in &findings.missing_reflink {
+            self.set_counts(inode, "flags (reflink)", |core| {
+                let old = core.flags;
+                core.flags |= INODE_FLAG_REFLINK;
+                (u64::from(old), u64::from(core.flags))
             })?;
         }
         for (&inode, &nlink) in &findings.wrong_nlink {

@@ -130,8 +130,10 @@ impl InodePlan {
     }
 
     /// Decides a run of overlapping claims: in priority order, each keeps its blocks unless
-    /// one kept earlier overlaps them.
-    fn resolve(&mut self, run: &[&Claim]) {
+    /// one kept earlier overlaps them, or all that overlap them and it are `shareable`
+    /// (regular files' data on a reflink filesystem: the refcount tree is rebuilt to count
+    /// them).
+    fn resolve(&mut self, run: &[&Claim], shareable: &dyn Fn(&Claim) -> bool) {
         let mut ordered = run.to_vec();
         ordered.sort_by_key(|c| priority(c));
         let mut kept: Vec<&Claim> = Vec::new();
@@ -145,6 +147,10 @@ impl InodePlan {
                 kept.push(claim);
                 continue;
             };
+            if shareable(claim) && taken.iter().all(|k| shareable(k)) {
+                kept.push(claim);
+                continue;
+            }
             let shared = taken.iter().all(|k| is_data(k));
             let why = format!("its blocks belong to {}", owner_text(first));
             self.fault(inode, claim, why, shared);
@@ -198,7 +204,9 @@ impl Repairer<'_> {
                 last += 1;
             }
             if last - first > 1 {
-                plan.resolve(&valid[first..last]);
+                let reflink = survey.superblock.has_reflink();
+                let shareable = |claim: &Claim| reflink && survey.shareable(claim);
+                plan.resolve(&valid[first..last], &shareable);
             }
             first = last;
         }

@@ -20,7 +20,9 @@
 //! 3. derived data (`derived.rs`): hash indexes that disagree with their directory's entries
 //!    rebuilt, block and link counts set to what the forks and entries say;
 //! 4. space (`space.rs`): every AG's trees and headers and the superblocks are rebuilt from
-//!    what the inodes and headers claim.
+//!    what the inodes and headers claim; with the reflink feature the refcount trees are
+//!    rebuilt from the regular files' mappings (copy-on-write staging blocks a crash left
+//!    become free).
 //!
 //! A phase that writes nothing leaves the survey it planned from true for the next one, so a
 //! repair that only rebuilds space reads the device twice (the first survey and the final
@@ -46,7 +48,7 @@ use cairn_format::header::stamp;
 use cairn_format::{FormatError, FsBlock, Geometry, Superblock};
 
 use crate::FsckError;
-use crate::check::Checker;
+use crate::check::{Checker, Claim};
 use crate::probe;
 use crate::progress::Progress;
 use crate::report::{Problem, Report};
@@ -202,8 +204,15 @@ impl<'a> Repairer<'a> {
         let heads: BTreeMap<u32, Vec<u32>> = survey.unlinked_heads.iter().cloned().collect();
         let claims = std::mem::take(&mut survey.claims);
         let chunks = std::mem::take(&mut survey.findings.chunks);
+        let shared = match survey.superblock.has_reflink() {
+            true => {
+                let data: Vec<&Claim> = claims.iter().filter(|c| survey.shareable(c)).collect();
+                crate::refcount::rebuilt_records(&self.geometry, &data)
+            }
+            false => BTreeMap::new(),
+        };
         drop(survey);
-        self.rebuild_space(&claims, &chunks, &heads)?;
+        self.rebuild_space(&claims, &chunks, &heads, &shared)?;
         self.device.flush()?;
         Ok(())
     }

@@ -1,5 +1,6 @@
-//! Phase 3 of repair: every AG's free-space trees, inode trees, AGF, AGFL and AGI are rebuilt
-//! from the observed in-use map (what the inodes, chunks, headers and log claim; blocks nobody
+//! Phase 3 of repair: every AG's free-space trees, inode trees, refcount tree (reflink: the
+//! runs regular files map more than once, recounted from their maps; staging runs dropped),
+//! AGF, AGFL and AGI are rebuilt from the observed in-use map (what the inodes, chunks, headers and log claim; blocks nobody
 //! claims become free), and the superblock counters and every secondary superblock are
 //! rewritten from the primary.
 
@@ -16,13 +17,13 @@ use cairn_format::limits::{
     INODES_PER_CHUNK,
 };
 use cairn_format::types::{NULL_AG_INODE, NULL_BLOCK};
-use cairn_format::{AgBlock, AgNumber, FsBlock, MetaHeader, MetaKind, OnDisk};
+use cairn_format::{AgBlock, AgNumber, FsBlock, MetaHeader, MetaKind, OnDisk, RefcountRecord};
 
 use super::{RepairError, Repairer};
 use crate::check::Claim;
 
 /// Owners of blocks that this phase rebuilds; their old claims do not count as in use.
-const REBUILT_OWNERS: [&str; 2] = ["free space", "AG free list"];
+const REBUILT_OWNERS: [&str; 3] = ["free space", "AG free list", crate::refcount::STAGING_OWNER];
 
 /// Free-list blocks a rebuilt AG starts with (as mkfs gives a new one).
 const FREE_LIST_BLOCKS: u32 = 8;
@@ -35,6 +36,7 @@ pub(crate) fn is_rebuilt(claim: &Claim) -> bool {
             MetaKind::CntBtree,
             MetaKind::InoBtree,
             MetaKind::FinoBtree,
+            MetaKind::RefcountBtree,
         ]
         .iter()
         .any(|kind| kind.name() == claim.owner)
@@ -48,6 +50,8 @@ struct AgPlan {
     free: Vec<FreeSpaceRecord>,
     reserved: Vec<u32>,
     chunks: Vec<InodeRecord>,
+    /// The refcount tree's records (reflink: runs regular files map more than once).
+    shared: Vec<RefcountRecord>,
 }
 
 /// Blocks a bulk-loaded tree of `records` needs.
@@ -94,12 +98,14 @@ fn take_blocks(free: &mut Vec<FreeSpaceRecord>, count: usize, into: &mut Vec<u32
 }
 
 impl Repairer<'_> {
-    /// Rebuilds every AG from `claims` and `chunks`, then the superblocks.
+    /// Rebuilds every AG from `claims`, `chunks` and the refcount records `shared` (per AG),
+    /// then the superblocks.
     pub(crate) fn rebuild_space(
         &mut self,
         claims: &[Claim],
         chunks: &[(u32, InodeRecord)],
         unlinked: &BTreeMap<u32, Vec<u32>>,
+        shared: &BTreeMap<u32, Vec<RefcountRecord>>,
     ) -> Result<(), RepairError> {
         let g = self.geometry;
         let mut used: Vec<Vec<(u32, u32)>> = vec![Vec::new(); g.ag_count as usize];
@@ -127,7 +133,8 @@ impl Repairer<'_> {
                 .collect();
             ag_chunks.sort_by_key(|c| c.start);
             ag_chunks.dedup_by_key(|c| c.start);
-            let plan = self.plan_ag(ag, &ag_used, ag_chunks)?;
+            let ag_shared = shared.get(&ag).cloned().unwrap_or_default();
+            let plan = self.plan_ag(ag, &ag_used, ag_chunks, ag_shared)?;
             free_blocks += plan.free.iter().map(|r| u64::from(r.length)).sum::<u64>();
             inodes += plan.chunks.len() as u64 * u64::from(INODES_PER_CHUNK);
             free_inodes += plan
@@ -158,6 +165,7 @@ impl Repairer<'_> {
         ag: u32,
         used: &[(u32, u32)],
         chunks: Vec<InodeRecord>,
+        shared: Vec<RefcountRecord>,
     ) -> Result<AgPlan, RepairError> {
         let bs = self.geometry.block_size;
         let layout = |kind| {
@@ -167,7 +175,11 @@ impl Repairer<'_> {
         let (free_layout, ino_layout) = (layout(MetaKind::BnoBtree)?, layout(MetaKind::InoBtree)?);
         let mut free = complement(used, self.geometry.ag_len(ag));
         let with_free = chunks.iter().filter(|c| c.free_count > 0).count();
-        let ino_need = tree_blocks(&ino_layout, chunks.len()) + tree_blocks(&ino_layout, with_free);
+        let mut ino_need =
+            tree_blocks(&ino_layout, chunks.len()) + tree_blocks(&ino_layout, with_free);
+        if !shared.is_empty() {
+            ino_need += tree_blocks(&layout(MetaKind::RefcountBtree)?, shared.len());
+        }
         let mut reserved = Vec::new();
         loop {
             let need =
@@ -181,6 +193,7 @@ impl Repairer<'_> {
             free,
             reserved,
             chunks,
+            shared,
         })
     }
 
@@ -195,6 +208,7 @@ impl Repairer<'_> {
             free,
             mut reserved,
             chunks,
+            shared,
         } = plan;
         reserved.reverse();
         let encode = |records: &[Vec<u8>]| records.to_vec();
@@ -259,6 +273,15 @@ impl Repairer<'_> {
             &fino_keys,
             &mut reserved,
         )?;
+        let refcount = match shared.is_empty() {
+            true => (0, 0, 0),
+            false => {
+                let records: Vec<Vec<u8>> = shared.iter().map(OnDisk::to_bytes).collect();
+                let keys: Vec<Vec<u8>> = shared.iter().map(|r| r.key().to_bytes()).collect();
+                let kind = MetaKind::RefcountBtree;
+                self.bulk_load(ag, kind, &records, &keys, &mut reserved)?
+            }
+        };
         let g = self.geometry;
         let uuid = self.uuid;
         let capacity = agfl_capacity(g.block_size);
@@ -292,9 +315,9 @@ impl Repairer<'_> {
             free_list_first: 0,
             free_list_last: count.saturating_sub(1),
             free_list_count: count,
-            refcount_root: AgBlock(0),
-            refcount_levels: 0,
-            refcount_blocks: 0,
+            refcount_root: AgBlock(refcount.0),
+            refcount_levels: refcount.1,
+            refcount_blocks: refcount.2,
         };
         let mut block = vec![0u8; g.block_size as usize];
         agf.encode(&mut block);

@@ -31,11 +31,12 @@ pub struct Image {
     pub big: u64,
 }
 
-fn format_device(ag_count: Option<u32>) -> Arc<MemDevice> {
+fn format_device(ag_count: Option<u32>, reflink: bool) -> Arc<MemDevice> {
     let device = MemDevice::new(IMAGE_BYTES, SECTOR);
     let request = Request {
         fs_bytes: Some(IMAGE_BYTES),
         ag_count,
+        reflink,
         ..Request::default()
     };
     let plan = cairn_mkfs::plan(IMAGE_BYTES, SECTOR, &request).unwrap();
@@ -55,7 +56,16 @@ pub fn populated() -> Image {
 
 /// The populated image in `ag_count` AGs (the default for its size when `None`).
 pub fn populated_in(ag_count: Option<u32>) -> Image {
-    let device = format_device(ag_count);
+    populated_with(ag_count, true)
+}
+
+/// The populated image made without the reflink feature (files never share blocks).
+pub fn populated_without_reflink() -> Image {
+    populated_with(None, false)
+}
+
+fn populated_with(ag_count: Option<u32>, reflink: bool) -> Image {
+    let device = format_device(ag_count, reflink);
     let dyn_device: Arc<dyn BlockDevice> = device.clone();
     let fs = Filesystem::mount(dyn_device, MountOptions::default()).unwrap();
     let who = Credentials::root();
