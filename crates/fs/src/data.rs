@@ -189,12 +189,30 @@ impl Filesystem {
             true => self.allocate_planned(inode, &handle, &plan, last)?,
             false => self.note_preallocation(inode, &plan, 0),
         }
+        self.unshare_for_write(inode, &handle, (first, last))?;
         let generation = handle.data.lock().core.generation;
         let extents = self.data_cache.inode(inode, generation);
         self.write_blocks(&handle, &extents, offset, data)?;
         self.commit_written(&handle, (first, last), end, clear_set_id_for)?;
         Self::count(&self.counters.write_bytes, data.len() as u64);
         Ok(data.len() as u32)
+    }
+
+    /// Copies the shared blocks of file blocks `first..last` before a write lands on them
+    /// (`unshare`); a full filesystem first gives back other files' speculative blocks.
+    pub(crate) fn unshare_for_write(
+        &self,
+        inode: u64,
+        handle: &Inode,
+        range: (u64, u64),
+    ) -> Result<(), FsError> {
+        let copied = self.unshare(inode, &mut handle.data.lock(), range);
+        match copied {
+            Err(FsError::NoSpace) if self.reclaim_speculative(inode)? > 0 => {
+                self.unshare(inode, &mut handle.data.lock(), range)
+            }
+            other => other,
+        }
     }
 
     /// `allocate_for_write`, then records the speculative blocks it mapped.
@@ -497,8 +515,12 @@ impl Filesystem {
         new_size: u64,
     ) -> Result<(), FsError> {
         let block_size = u64::from(self.geometry.block_size);
-        let map = FileMap::read(self, inode, meta)?;
         let eof_block = old_size / block_size;
+        if !old_size.is_multiple_of(block_size) {
+            // The tail is zeroed in place: a shared block is copied first.
+            self.unshare(inode, meta, (eof_block, eof_block + 1))?;
+        }
+        let map = FileMap::read(self, inode, meta)?;
         if !old_size.is_multiple_of(block_size)
             && let Mapping::Mapped(extent) = map.lookup(eof_block)
             && !extent.unwritten

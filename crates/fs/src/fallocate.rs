@@ -63,7 +63,7 @@ impl Filesystem {
             }
             FallocateMode::PunchHole => {
                 let mut meta = handle.data.lock();
-                self.zero_edges(inode, &meta, offset, end)?;
+                self.zero_edges(inode, &mut meta, offset, end)?;
                 let (first, last) = (offset.div_ceil(block_size), end / block_size);
                 unmap_blocks(self, inode, &mut meta, first, last)?;
                 true
@@ -107,7 +107,7 @@ impl Filesystem {
         let (first, last) = (offset.div_ceil(block_size), end / block_size);
         {
             let mut meta = lock.lock();
-            self.zero_edges(inode, &meta, offset, end)?;
+            self.zero_edges(inode, &mut meta, offset, end)?;
             if first < last {
                 let mut tx = self.begin(self.write_reservation())?;
                 let mut map = FileMap::load(self, &mut tx, inode, &meta)?;
@@ -127,12 +127,11 @@ impl Filesystem {
     fn zero_edges(
         &self,
         inode: u64,
-        meta: &InodeData,
+        meta: &mut InodeData,
         offset: u64,
         end: u64,
     ) -> Result<(), FsError> {
         let block_size = u64::from(self.geometry.block_size);
-        let map = FileMap::read(self, inode, meta)?;
         let head = (offset / block_size, offset % block_size);
         let tail = (end / block_size, end % block_size);
         let mut edges = Vec::new();
@@ -148,6 +147,11 @@ impl Filesystem {
                 edges.push((tail.0, 0, tail.1));
             }
         }
+        for &(block, _, _) in &edges {
+            // Zeroed in place: a shared block is copied first.
+            self.unshare(inode, meta, (block, block + 1))?;
+        }
+        let map = FileMap::read(self, inode, meta)?;
         for (block, from, to) in edges {
             let Mapping::Mapped(extent) = map.lookup(block) else {
                 continue;

@@ -25,6 +25,7 @@ mod background;
 mod bmap;
 mod bmap_tree;
 mod commit;
+mod cow;
 mod data;
 mod dir;
 mod dir_index;

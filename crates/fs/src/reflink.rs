@@ -231,8 +231,7 @@ impl Filesystem {
             return Ok(0);
         }
         let block_size = u64::from(self.geometry.block_size);
-        let aligned = src_offset % block_size == dst_offset % block_size;
-        if !self.superblock.has_reflink() || !aligned {
+        if !self.copy_shares(src_offset, dst_offset) {
             self.copy_data((src, src_offset), (dst, dst_offset), len)?;
             return Ok(len);
         }
@@ -264,6 +263,13 @@ impl Filesystem {
         let dst_tail = dst_offset + (tail_from - src_offset);
         self.copy_data((src, tail_from), (dst, dst_tail), tail)?;
         Ok(len)
+    }
+
+    /// Whether `copy_file_range` between these offsets shares blocks (reflink feature, both
+    /// offsets at the same place in a block) rather than copying every byte.
+    pub fn copy_shares(&self, src_offset: u64, dst_offset: u64) -> bool {
+        let block_size = u64::from(self.geometry.block_size);
+        self.superblock.has_reflink() && src_offset % block_size == dst_offset % block_size
     }
 
     /// Copies `len` bytes through the ordinary read and write paths (which copy on write
@@ -308,6 +314,18 @@ impl Filesystem {
             self.write_back(target, &mut target_pages)?;
         }
         self.set_reflink_flag(source)?;
+        {
+            // The blocks between the destination's end and the copy read as zeros, and
+            // whatever a shrink left past its end in its last block must not show.
+            let mut meta = target.data.lock();
+            let (size, start) = (
+                meta.core.size,
+                dst_first * u64::from(self.geometry.block_size),
+            );
+            if start > size {
+                self.clear_past_eof(target.number, &mut meta, size, start)?;
+            }
+        }
         let stop = first + count;
         let pieces = {
             let meta = source.data.lock();
@@ -317,7 +335,9 @@ impl Filesystem {
         let shift = Shift { first, dst_first };
         let mut at = first;
         while at < stop {
-            at = self.share_step(target, &pieces, (at, stop), shift, end)?;
+            let block_size = u64::from(self.geometry.block_size);
+            let cached = target_pages.first_cached_byte(0, block_size);
+            at = self.share_step(target, &pieces, (at, stop), shift, (end, cached))?;
         }
         self.reflink.clones.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -327,14 +347,15 @@ impl Filesystem {
     /// up to `EXTENTS_PER_STEP` source pieces (and over up to as many destination extents)
     /// are unmapped and the source's blocks mapped there, with an intent counting the new
     /// mappings and dropping the old; then a second transaction applies it. Returns where
-    /// the next step starts.
+    /// the next step starts. The destination's logged size may grow up to its first cached
+    /// byte (`cached`): the shared blocks are on the device.
     fn share_step(
         &self,
         target: &Inode,
         pieces: &[Extent],
         (at, stop): (u64, u64),
         shift: Shift,
-        end: u64,
+        (end, cached): (u64, u64),
     ) -> Result<u64, FsError> {
         let source_runs = pieces.iter().map(|p| (p.file_block, p.file_end()));
         let src_end = step_end(source_runs, at, stop);
@@ -367,6 +388,7 @@ impl Filesystem {
         meta.core.flags |= INODE_FLAG_REFLINK;
         meta.core.block_count = (meta.core.block_count + added).saturating_sub(dropped);
         meta.core.size = meta.core.size.max((dst_end * block_size).min(end));
+        meta.cover_written(cached);
         meta.core.mtime = now;
         meta.core.ctime = now;
         Self::log_inode(&mut tx, target.number, &mut meta);

@@ -10,9 +10,11 @@
 //! count of dirty bytes, the list of inodes with dirty pages and their lost writebacks; the
 //! reserved blocks it holds back in the allocator (`Allocator::hold_back`).
 //! Invariants:
-//! - a page holds its whole block as the file should read; a page over a hole holds a
-//!   reservation of one block, and an inode with any such page `META_BLOCKS` more, so the
-//!   writer learns of a full filesystem, not its writeback;
+//! - a page holds its whole block as the file should read; a page over a hole, or over a
+//!   block the file shares with others (reflink: writeback copies it first), holds a
+//!   reservation of one block (a CoW extent size hint's worth for a shared one), and an
+//!   inode with any such page `META_BLOCKS` more, so the writer learns of a full
+//!   filesystem, not its writeback;
 //! - writeback takes the direct path's steps (allocate unwritten, write the data, mark it
 //!   written in a later transaction), so a crash shows each block's old, new or zero bytes,
 //!   never stale ones; the size may be logged before the data, which then reads as zeros;
@@ -69,6 +71,9 @@ pub(crate) struct PageSet {
 struct Page {
     bytes: Box<[u8]>,
     over_hole: bool,
+    /// Holds a reserved block: over a hole, or over a block the file shares (reflink), which
+    /// writeback copies first.
+    reserved: bool,
 }
 
 /// What a failed writeback did to cached data (reported once, by the next `fsync`).
@@ -250,15 +255,16 @@ impl WriteBehind {
     /// reservations; the inode leaves the list once it has no pages.
     fn remove_pages(&self, number: u64, pages: &mut PageSet, first: u64, last: u64) {
         let keys: Vec<u64> = pages.pages.range(first..last).map(|(&b, _)| b).collect();
-        let mut holes = 0;
+        let (mut holes, mut reserved) = (0, 0);
         for block in &keys {
             if let Some(page) = pages.pages.remove(block) {
                 holes += u64::from(page.over_hole);
+                reserved += u64::from(page.reserved);
                 self.dirty_bytes
                     .fetch_sub(page.bytes.len() as u64, Ordering::Relaxed);
             }
         }
-        self.unreserve(pages, holes);
+        self.unreserve(pages, reserved);
         pages.over_holes -= holes;
         if pages.pages.is_empty() {
             let rest = pages.reserved;
@@ -342,8 +348,9 @@ impl Filesystem {
             .iter()
             .filter(|(_, b)| matches!(b, Backing::Hole))
             .count() as u64;
-        self.reserve(&mut pages, holes)?;
-        let filled = self.fill_pages(&mut pages, &new_blocks, offset, data);
+        let (shared, cow_blocks) = self.shared_new_pages(handle, &new_blocks)?;
+        self.reserve(&mut pages, holes + cow_blocks)?;
+        let filled = self.fill_pages(&mut pages, (&new_blocks, &shared), offset, data);
         if pages.is_empty() {
             self.write_behind
                 .remove_pages(handle.number, &mut pages, 0, 0);
@@ -408,8 +415,52 @@ impl Filesystem {
         Ok(found)
     }
 
-    /// Reserves `holes` blocks (and the inode's metadata share, if it has none yet) out of
-    /// the free space not already promised; `NoSpace` if they do not fit.
+    /// The new pages over blocks the file shares (reflink: writeback copies them first), and
+    /// the blocks those copies may take (a block each, or a CoW extent size hint's worth).
+    fn shared_new_pages(
+        &self,
+        handle: &Inode,
+        new_blocks: &[(u64, Backing)],
+    ) -> Result<(std::collections::BTreeSet<u64>, u64), FsError> {
+        let mut shared = std::collections::BTreeSet::new();
+        let hint = {
+            let meta = handle.data.lock();
+            if meta.core.flags & cairn_format::inode::INODE_FLAG_REFLINK == 0 {
+                return Ok((shared, 0));
+            }
+            u64::from(meta.core.cow_extent_size_hint.max(1))
+        };
+        // Runs of pages over consecutive written blocks, asked about one run at a time.
+        let mut runs: Vec<(u64, u64, u32)> = Vec::new();
+        for &(block, backing) in new_blocks {
+            let Backing::Written(physical) = backing else {
+                continue;
+            };
+            match runs.last_mut() {
+                Some(run)
+                    if run.0 + u64::from(run.2) == block
+                        && run.1 + u64::from(run.2) == physical =>
+                {
+                    run.2 += 1
+                }
+                _ => runs.push((block, physical, 1)),
+            }
+        }
+        for (block, physical, length) in runs {
+            let mut ctx = cairn_btree::CacheContext::new(&self.cache);
+            let range = (cairn_format::FsBlock(physical), length);
+            for (start, count, _) in self.alloc.shared_runs(&mut ctx, range)? {
+                let first = block + (start.0 - physical);
+                shared.extend(first..first + u64::from(count));
+            }
+        }
+        let blocks = shared.len() as u64 * hint;
+        Ok((shared, blocks))
+    }
+
+    /// Reserves `holes` blocks (pages over holes or over shared blocks; and the inode's
+    /// metadata share, if it has none yet) out of the free space not already promised;
+    /// `NoSpace` if they do not fit.
     fn reserve(&self, pages: &mut PageSet, holes: u64) -> Result<(), FsError> {
         if holes == 0 {
             return Ok(());
@@ -458,7 +509,7 @@ impl Filesystem {
     fn fill_pages(
         &self,
         pages: &mut PageSet,
-        new_blocks: &[(u64, Backing)],
+        (new_blocks, shared): (&[(u64, Backing)], &std::collections::BTreeSet<u64>),
         offset: u64,
         data: &[u8],
     ) -> Result<(), FsError> {
@@ -473,7 +524,13 @@ impl Filesystem {
             }
             let over_hole = matches!(backing, Backing::Hole);
             pages.over_holes += u64::from(over_hole);
-            pages.pages.insert(block, Page { bytes, over_hole });
+            let reserved = over_hole || shared.contains(&block);
+            let page = Page {
+                bytes,
+                over_hole,
+                reserved,
+            };
+            pages.pages.insert(block, page);
             self.write_behind
                 .dirty_bytes
                 .fetch_add(block_size, Ordering::Relaxed);
@@ -570,6 +627,7 @@ impl Filesystem {
             let _scope = ReservedScope::enter();
             for &(first, last) in runs {
                 self.allocate_run(handle, first, last)?;
+                self.unshare_for_write(handle.number, handle, (first, last))?;
             }
         }
         let block_size = u64::from(self.geometry.block_size);

@@ -19,6 +19,18 @@ fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Fails naming the first differing byte (not printing megabytes).
+#[track_caller]
+fn same(found: &[u8], want: &[u8]) {
+    let differs = found.iter().zip(want).position(|(a, b)| a != b);
+    assert!(
+        found.len() == want.len() && differs.is_none(),
+        "lengths {} and {}, first difference at {differs:?}",
+        found.len(),
+        want.len()
+    );
+}
+
 fn create(fs: &Filesystem, name: &str) -> u64 {
     fs.create(
         fs.root(),
@@ -79,7 +91,7 @@ fn clone_shares_and_removal_frees_only_the_unshared() {
     let copy = create(&fs, "copy");
     let len = data.len() as u64;
     assert_eq!(fs.copy_file_range(source, 0, copy, 0, len).unwrap(), len);
-    assert_eq!(read_all(&fs, copy), data);
+    same(&read_all(&fs, copy), &data);
     let grown = used_blocks(&fs) - before;
     assert!(grown <= 4, "a clone took {grown} blocks");
     let stats = fs.stats().reflink;
@@ -98,7 +110,7 @@ fn clone_shares_and_removal_frees_only_the_unshared() {
         used >= before && used <= before + grown,
         "{used} used, {before} before"
     );
-    assert_eq!(read_all(&fs, copy), data);
+    same(&read_all(&fs, copy), &data);
     let fs = remount_checked(fs, &device);
     fs.unlink(fs.root(), b"copy", &root()).unwrap();
     fs.sync().unwrap();
@@ -126,7 +138,7 @@ fn copy_file_range_heads_tails_and_limits() {
     let mut want = old.clone();
     want.resize((8292 + MIB) as usize, 0);
     want[8292..(8292 + MIB) as usize].copy_from_slice(&data[4196..(4196 + MIB) as usize]);
-    assert_eq!(read_all(&fs, copy), want);
+    same(&read_all(&fs, copy), &want);
     let stats = fs.stats().reflink;
     assert_eq!(stats.shared_blocks, 255, "{stats:?}");
     // Offsets apart within a block: a plain copy.
@@ -135,7 +147,7 @@ fn copy_file_range_heads_tails_and_limits() {
         fs.copy_file_range(source, 1, other, 0, 10_000).unwrap(),
         10_000
     );
-    assert_eq!(read_all(&fs, other), data[1..10_001].to_vec());
+    same(&read_all(&fs, other), &data[1..10_001]);
     // Past the source's end: what exists.
     let tail = create(&fs, "tail");
     let left = data.len() as u64 - MIB;
@@ -143,7 +155,7 @@ fn copy_file_range_heads_tails_and_limits() {
         fs.copy_file_range(source, MIB, tail, 0, 10 * MIB).unwrap(),
         left
     );
-    assert_eq!(read_all(&fs, tail), data[MIB as usize..].to_vec());
+    same(&read_all(&fs, tail), &data[MIB as usize..]);
     let stats = fs.stats().reflink;
     assert_eq!(
         stats.shared_blocks,
@@ -167,6 +179,108 @@ fn copy_file_range_heads_tails_and_limits() {
     ));
     let dir = fs.mkdir(fs.root(), b"d", 0o755, &root()).unwrap().inode;
     assert!(fs.copy_file_range(source, 0, dir, 0, 10).is_err());
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+fn resize(fs: &Filesystem, inode: u64, size: u64) {
+    let change = cairn_fs::SetAttr {
+        size: Some(size),
+        ..Default::default()
+    };
+    fs.setattr(inode, &change, &root()).unwrap();
+}
+
+/// Writes into a clone through every path that lands on its blocks; returns what the copy
+/// must read afterwards (the original is untouched).
+fn write_every_way(fs: &Filesystem, copy: u64, mut want: Vec<u8>) -> Vec<u8> {
+    use cairn_fs::FallocateMode;
+    let put = |want: &mut Vec<u8>, at: usize, bytes: &[u8]| {
+        if want.len() < at + bytes.len() {
+            want.resize(at + bytes.len(), 0);
+        }
+        want[at..at + bytes.len()].copy_from_slice(bytes);
+    };
+    // A small write (cached with write-behind on), a large one (written through), an
+    // O_DIRECT one.
+    let small = pattern(10, 5000, 100);
+    fs.write(copy, 5000, &small).unwrap();
+    put(&mut want, 5000, &small);
+    let large = pattern(11, 65536, 300 << 10);
+    fs.write(copy, 65536, &large).unwrap();
+    put(&mut want, 65536, &large);
+    let direct = pattern(12, MIB, 8192);
+    fs.write_direct(copy, MIB, &direct, None).unwrap();
+    put(&mut want, MIB as usize, &direct);
+    // Punch and zero range with partial edges.
+    fs.fallocate(copy, 2 * MIB + 100, 3 * 4096, FallocateMode::PunchHole)
+        .unwrap();
+    put(&mut want, (2 * MIB + 100) as usize, &[0; 3 * 4096]);
+    let zero = FallocateMode::ZeroRange { keep_size: true };
+    fs.fallocate(copy, 3 * MIB + 700, 10_000, zero).unwrap();
+    put(&mut want, (3 * MIB + 700) as usize, &[0; 10_000]);
+    // A shrink to the middle of a block, then a growth: the tail of that block reads zeros.
+    let size = want.len() as u64 - 12_345;
+    resize(fs, copy, size);
+    want.truncate(size as usize);
+    resize(fs, copy, size + 5000);
+    want.resize((size + 5000) as usize, 0);
+    want
+}
+
+// Every way of writing into a clone changes the clone only; the bytes, and fsck's counts,
+// hold across a remount; with write-behind off and on.
+#[test]
+fn writes_into_a_clone_change_only_the_clone() {
+    for options in [
+        cairn_fs::MountOptions::default(),
+        common::write_behind(4 * MIB),
+    ] {
+        let device = make_device(64 * MIB);
+        let fs = common::mount_with(&device, options.clone());
+        let source = create(&fs, "source");
+        let data = pattern(4, 0, (4 * MIB + 3000) as usize);
+        fs.write(source, 0, &data).unwrap();
+        let copy = create(&fs, "copy");
+        fs.copy_file_range(source, 0, copy, 0, data.len() as u64)
+            .unwrap();
+        let want = write_every_way(&fs, copy, data.clone());
+        fs.sync().unwrap();
+        same(&read_all(&fs, source), &data);
+        same(&read_all(&fs, copy), &want);
+        assert!(fs.stats().reflink.cow_writes > 0);
+        fs.unmount().unwrap();
+        fsck_clean(&device);
+        let fs = common::mount_with(&device, options);
+        same(&read_all(&fs, source), &data);
+        same(&read_all(&fs, copy), &want);
+        fs.unmount().unwrap();
+    }
+}
+
+// A 4 KiB write into a 4 MiB clone copies one block: the space it takes is a few blocks,
+// and the original reads as before.
+#[test]
+fn a_small_write_into_a_clone_costs_a_block() {
+    let device = make_device(64 * MIB);
+    let fs = mount(&device);
+    let source = create(&fs, "source");
+    let data = pattern(5, 0, (4 * MIB) as usize);
+    fs.write(source, 0, &data).unwrap();
+    let copy = create(&fs, "copy");
+    fs.copy_file_range(source, 0, copy, 0, 4 * MIB).unwrap();
+    fs.sync().unwrap();
+    let before = used_blocks(&fs);
+    let block = pattern(6, 0, 4096);
+    fs.write_direct(copy, 8192, &block, None).unwrap();
+    fs.sync().unwrap();
+    let cost = used_blocks(&fs) - before;
+    assert!((1..=4).contains(&cost), "a 4 KiB write took {cost} blocks");
+    assert_eq!(fs.stats().reflink.cow_blocks, 1);
+    same(&read_all(&fs, source), &data);
+    let mut want = data.clone();
+    want[8192..12288].copy_from_slice(&block);
+    same(&read_all(&fs, copy), &want);
     fs.unmount().unwrap();
     fsck_clean(&device);
 }

@@ -189,8 +189,14 @@ fn cairn_db_shows_shared_extents() {
     let records = db(&["refcount"]);
     assert_eq!(records.status.code(), Some(0), "{}", text(&records));
     let said = text(&records);
-    assert!(said.contains("shared by 3") && said.contains("shared by 2"), "{said}");
-    assert!(said.contains("shared blocks 64,") || said.contains("shared blocks 64 "), "{said}");
+    assert!(
+        said.contains("shared by 3") && said.contains("shared by 2"),
+        "{said}"
+    );
+    assert!(
+        said.contains("shared blocks 64,") || said.contains("shared blocks 64 "),
+        "{said}"
+    );
     let (_, agf) = agf_with_tree(&shared.image);
     let one = text(&db(&["refcount", &agf.ag_number.0.to_string()]));
     assert!(one.contains("shared by 3"), "{one}");

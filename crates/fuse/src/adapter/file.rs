@@ -3,10 +3,12 @@
 use cairn_fs::{FallocateMode, Filesystem, FsError, SeekKind};
 use fuser::FopenFlags;
 
-/// Largest range one copy_file_range request copies (the caller loops for the rest).
-pub(super) const COPY_BYTES_MAX: u64 = 16 << 20;
-/// Size of each read-then-write step of a copy.
-const COPY_CHUNK_BYTES: u32 = 1 << 20;
+/// Largest range one copy_file_range request copies by moving data (the caller loops for
+/// the rest), so a request that copies stays short.
+const COPY_BYTES_MAX: u64 = 16 << 20;
+/// Largest range one copy_file_range request shares: the reply's byte count is 32 bits
+/// (`fuse_write_out`), and the kernel asks for at most this much (a page-aligned `u32`).
+const SHARE_BYTES_MAX: u64 = (u32::MAX - 0xfff) as u64;
 
 /// What an open asks of the filesystem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,35 +61,22 @@ pub(super) fn seek_kind(whence: i32) -> Option<SeekKind> {
     }
 }
 
-/// Copies up to `len` bytes (at most `COPY_BYTES_MAX`) from one file to another inside
-/// the daemon, sparing the data two trips through the kernel. Stops early at the source's
-/// end; returns the bytes copied.
+/// `copy_file_range`: shares the blocks of the range where the filesystem can (reflink,
+/// both offsets at the same place in a block; up to `SHARE_BYTES_MAX` a request) and copies
+/// the rest inside the daemon, sparing the data two trips through the kernel (up to
+/// `COPY_BYTES_MAX` a request). Stops early at the source's end; returns the bytes done.
 pub(super) fn copy_range(
     fs: &Filesystem,
-    source: (u64, u64),
-    target: (u64, u64),
+    (source, source_offset): (u64, u64),
+    (target, target_offset): (u64, u64),
     len: u64,
 ) -> Result<u32, FsError> {
-    let (source_inode, mut source_offset) = source;
-    let (target_inode, mut target_offset) = target;
-    let mut left = len.min(COPY_BYTES_MAX);
-    let mut copied = 0u64;
-    while left > 0 {
-        let step = left.min(u64::from(COPY_CHUNK_BYTES)) as u32;
-        let data = fs.read(source_inode, source_offset, step)?;
-        if data.is_empty() {
-            break;
-        }
-        let written = fs.write(target_inode, target_offset, &data)?;
-        copied += u64::from(written);
-        if (written as usize) < data.len() {
-            break;
-        }
-        source_offset += u64::from(written);
-        target_offset += u64::from(written);
-        left -= u64::from(written);
-    }
-    Ok(copied as u32)
+    let limit = match fs.copy_shares(source_offset, target_offset) {
+        true => SHARE_BYTES_MAX,
+        false => COPY_BYTES_MAX,
+    };
+    let done = fs.copy_file_range(source, source_offset, target, target_offset, len.min(limit))?;
+    Ok(u32::try_from(done).unwrap_or(u32::MAX))
 }
 
 #[cfg(test)]

@@ -1,0 +1,262 @@
+//! Copy-on-write (reflink): before a write lands in place on blocks a file shares with other
+//! files, the file gets blocks of its own holding the same bytes, and the write then goes
+//! where it always goes.
+//!
+//! For each run of shared blocks (widened to the file's CoW extent size hint, within its
+//! mapped extents): a transaction allocates new blocks near the file's data and records them
+//! as staging in the refcount tree; the old bytes are copied into them (none for unwritten
+//! blocks, which read as zeros); a second transaction maps them in place of the old blocks
+//! (same written state) with a refcount intent unstaging the new blocks and dropping the old
+//! ones' count, which a third transaction applies. Until the second commits, the file maps
+//! the old blocks and a crash leaves the new ones staging (mount frees them); its checkpoint
+//! flushes the device first, so the copy is durable before the map points at it. Blocks
+//! only this file maps are written in place as before; files without `INODE_FLAG_REFLINK`
+//! never look at the refcount tree.
+//!
+//! The caller holds the file's I/O lock exclusively (no other write, writeback or map change
+//! of the file can run) and its metadata lock (`meta`).
+
+use std::sync::atomic::Ordering;
+
+use cairn_alloc::Request;
+use cairn_btree::CacheContext;
+use cairn_format::inode::INODE_FLAG_REFLINK;
+use cairn_format::limits::EXTENT_LEN_MAX;
+use cairn_format::log::RefcountUpdate;
+use cairn_format::{Extent, FsBlock};
+use cairn_journal::{RefcountOp, Reservation};
+
+use crate::bmap::{FileMap, free_tree_levels, target};
+use crate::fs::Filesystem;
+use crate::glue::{JournalLog, free_sequence};
+use crate::inode::InodeData;
+use crate::reflink::{finish_refcount_intent, refcount_call_buffers};
+use crate::{FsError, iobuf};
+
+/// Most bytes one copy of old data moves at a time.
+const COPY_BYTES_MAX: u64 = 1 << 20;
+
+impl Filesystem {
+    /// Gives inode `inode` blocks of its own for every block of file blocks `first..last`
+    /// that other files share (see the module documentation). Nothing to do for a file
+    /// without the reflink flag. `NoSpace` when no block is free for the copy: the file is
+    /// unchanged (what was already copied stays its own, with the same bytes).
+    pub(crate) fn unshare(
+        &self,
+        inode: u64,
+        meta: &mut InodeData,
+        (first, last): (u64, u64),
+    ) -> Result<(), FsError> {
+        if meta.core.flags & INODE_FLAG_REFLINK == 0 || first >= last {
+            return Ok(());
+        }
+        let pieces = self.shared_pieces(inode, meta, (first, last))?;
+        if pieces.is_empty() {
+            return Ok(());
+        }
+        self.reflink.cow_writes.fetch_add(1, Ordering::Relaxed);
+        for piece in pieces {
+            let mut left = piece;
+            while left.length > 0 {
+                let done = self.copy_on_write(inode, meta, left)?;
+                left =
+                    crate::bmap::piece(&left, left.file_block + u64::from(done), left.file_end());
+            }
+        }
+        Ok(())
+    }
+
+    /// The mapped pieces of file blocks `first..last` to copy: none unless some block there
+    /// is shared; then every mapped block of the range widened to the CoW extent size hint.
+    fn shared_pieces(
+        &self,
+        inode: u64,
+        meta: &InodeData,
+        (first, last): (u64, u64),
+    ) -> Result<Vec<Extent>, FsError> {
+        let hint = u64::from(meta.core.cow_extent_size_hint.max(1));
+        let (wide_first, wide_last) = (first / hint * hint, last.div_ceil(hint) * hint);
+        let map = FileMap::read_around(self, inode, meta, (wide_first, wide_last))?;
+        let mut pieces = Vec::new();
+        for extent in clipped(map.extents(), first, last) {
+            for (start, length, _) in self.shared_runs_of(&extent)? {
+                let at = extent.file_block + (start.0 - extent.fs_block.0);
+                pieces.push(crate::bmap::piece(&extent, at, at + u64::from(length)));
+            }
+        }
+        if pieces.is_empty() || hint == 1 {
+            return Ok(pieces);
+        }
+        Ok(clipped(map.extents(), wide_first, wide_last))
+    }
+
+    /// The shared runs of `extent`'s blocks, as the refcount tree says.
+    fn shared_runs_of(&self, extent: &Extent) -> Result<Vec<(FsBlock, u32, u32)>, FsError> {
+        let mut ctx = CacheContext::new(&self.cache);
+        Ok(self
+            .alloc
+            .shared_runs(&mut ctx, (extent.fs_block, extent.length))?)
+    }
+
+    /// Copies `piece` (mapped blocks of inode `inode`) into new blocks and maps them in its
+    /// place; returns how many of its blocks it did (the allocator may give fewer).
+    fn copy_on_write(
+        &self,
+        inode: u64,
+        meta: &mut InodeData,
+        piece: Extent,
+    ) -> Result<u32, FsError> {
+        let (start, length) = self.allocate_staging(inode, meta, piece)?;
+        let copied = match piece.unwritten {
+            true => Ok(()),
+            false => self.copy_blocks(piece.fs_block, start, length),
+        };
+        if let Err(error) = copied {
+            self.free_staging((start, length));
+            return Err(error);
+        }
+        let done = crate::bmap::piece(
+            &piece,
+            piece.file_block,
+            piece.file_block + u64::from(length),
+        );
+        if let Err(error) = self.remap(inode, meta, done, start) {
+            self.free_staging((start, length));
+            return Err(error);
+        }
+        self.reflink
+            .cow_blocks
+            .fetch_add(u64::from(length), Ordering::Relaxed);
+        Ok(length)
+    }
+
+    /// Allocates up to `piece.length` blocks near the file's data for its copy, recorded as
+    /// staging in the same transaction.
+    fn allocate_staging(
+        &self,
+        inode: u64,
+        meta: &mut InodeData,
+        piece: Extent,
+    ) -> Result<(FsBlock, u32), FsError> {
+        let mut tx = self.begin(self.cow_reservation())?;
+        let map = FileMap::read_around(self, inode, meta, (piece.file_block, piece.file_end()))?;
+        let goal = target(self, map.extents(), inode, piece.file_block);
+        let wanted = piece.length.min(EXTENT_LEN_MAX);
+        let log = JournalLog(&self.journal);
+        let found = self
+            .alloc
+            .allocate(&mut tx, &log, &Request::near(goal, 1, wanted))?;
+        let Some(found) = found else {
+            tx.tx.cancel()?;
+            return Err(FsError::NoSpace);
+        };
+        let range = (found.fs_start, found.length);
+        let staged = self
+            .alloc
+            .stage(&mut tx, &log, range, free_sequence(&self.journal));
+        if let Err(error) = staged {
+            // The allocation is in this transaction: committing keeps the blocks in use
+            // with no owner, cancelling a dirty transaction shuts the journal down; both
+            // are worse than giving them back now.
+            self.alloc.free(
+                &mut tx,
+                &log,
+                found.fs_start,
+                found.length,
+                free_sequence(&self.journal),
+            )?;
+            tx.tx.commit()?;
+            return Err(error.into());
+        }
+        tx.tx.commit()?;
+        Ok(range)
+    }
+
+    /// Copies `length` blocks from `from` to `to` on the device.
+    fn copy_blocks(&self, from: FsBlock, to: FsBlock, length: u32) -> Result<(), FsError> {
+        let block_size = u64::from(self.geometry.block_size);
+        let total = u64::from(length) * block_size;
+        let mut done = 0;
+        while done < total {
+            let chunk = (total - done).min(COPY_BYTES_MAX);
+            let mut buf = iobuf::take(chunk as usize);
+            let copied = self
+                .device
+                .read_into(from.0 * block_size + done, &mut buf)
+                .and_then(|()| self.device.write_at(to.0 * block_size + done, &buf));
+            iobuf::give_back(buf);
+            copied?;
+            done += chunk;
+        }
+        Ok(())
+    }
+
+    /// Maps the copy at `start` in place of `piece` (same written state), with an intent
+    /// that unstages the copy and drops the old blocks' count; then applies it.
+    fn remap(
+        &self,
+        inode: u64,
+        meta: &mut InodeData,
+        piece: Extent,
+        start: FsBlock,
+    ) -> Result<(), FsError> {
+        let mut tx = self.begin(self.cow_reservation())?;
+        let range = (piece.file_block, piece.file_end());
+        let mut map = FileMap::load_around(self, &mut tx, inode, meta, &[range])?;
+        let removed = map.cut(range.0, range.1);
+        let copy = Extent::new(piece.file_block, start, piece.length, piece.unwritten)
+            .map_err(|e| FsError::corrupt("extent", start.0, e.to_string()))?;
+        map.insert(copy);
+        if let Err(error) = map.store(self, &mut tx, meta) {
+            Self::log_inode(&mut tx, inode, meta);
+            self.commit(tx, &mut [meta])?;
+            return Err(error);
+        }
+        let mut updates = vec![RefcountUpdate {
+            op: RefcountOp::Unstage,
+            start,
+            length: piece.length,
+        }];
+        updates.extend(crate::reflink::decrease_updates(&removed));
+        let intent = tx.tx.log_refcount_intent(&updates);
+        Self::log_inode(&mut tx, inode, meta);
+        self.commit(tx, &mut [meta])?;
+        finish_refcount_intent(self, intent, &updates)
+    }
+
+    /// Gives back the staging blocks of a copy that failed (best effort: what a failure
+    /// here leaves, mount frees).
+    fn free_staging(&self, range: (FsBlock, u32)) {
+        let freed = self
+            .begin_finishing(self.cow_reservation())
+            .and_then(|mut tx| {
+                let log = JournalLog(&self.journal);
+                let sequence = free_sequence(&self.journal);
+                self.alloc.free_staged(&mut tx, &log, range, sequence)?;
+                tx.tx.commit()?;
+                Ok(())
+            });
+        if let Err(error) = freed {
+            tracing::warn!(block = range.0.0, %error, "giving back copy-on-write blocks failed");
+        }
+    }
+
+    /// The reservation of a copy-on-write transaction: a mapping step's, a staging or
+    /// refcount change, the inode and an intent.
+    fn cow_reservation(&self) -> Reservation {
+        let per_extent = 2 + 2 * (free_tree_levels(self) + 1);
+        let buffers = 4 * per_extent + refcount_call_buffers(self);
+        let base = crate::bmap::step_reservation(self);
+        let extra = Reservation::for_items(&self.geometry, buffers, self.geometry.block_size, 1, 1);
+        Reservation::new(base.bytes + extra.bytes)
+    }
+}
+
+/// The parts of `extents` (sorted) inside file blocks `from..to`.
+fn clipped(extents: &[Extent], from: u64, to: u64) -> Vec<Extent> {
+    extents
+        .iter()
+        .filter(|e| e.file_end() > from && e.file_block < to)
+        .map(|e| crate::bmap::piece(e, e.file_block.max(from), e.file_end().min(to)))
+        .collect()
+}

@@ -1,0 +1,95 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Shared extents through the kernel: plain `cp` (coreutils tries `copy_file_range`) shares
+//! the file's blocks, so it takes no space; a small write into the copy takes a block and
+//! leaves the original alone; removing the original frees nothing the copy uses, removing
+//! both frees everything; the bytes hold across a remount and fsck is clean. FICLONE never
+//! reaches a FUSE daemon, so `cp --reflink=always` fails (as on every FUSE filesystem).
+
+mod common;
+
+use common::{Mount, Scratch, fsck, run, sh};
+
+const MIB: u64 = 1 << 20;
+
+/// Used KiB of the filesystem mounted at `mnt`, as df shows it.
+fn used_kib(mnt: &str) -> u64 {
+    sh(&format!("sync && df -k --output=used '{mnt}' | tail -1"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn checksum(path: &str) -> String {
+    sh(&format!("sha256sum '{path}' | cut -c1-64"))
+}
+
+#[test]
+fn cp_shares_blocks_and_copy_on_write_keeps_the_original() {
+    let scratch = Scratch::new();
+    let image = scratch.format("256M");
+    let mount = Mount::new(&image, &scratch.mountpoint(), "");
+    let mnt = mount.mountpoint.to_str().unwrap().to_string();
+    sh(&format!(
+        "head -c {} /dev/urandom > '{mnt}/src' && sync",
+        64 * MIB + 1234
+    ));
+    let original = checksum(&format!("{mnt}/src"));
+    let before = used_kib(&mnt);
+    let copied = run("cp", &[&format!("{mnt}/src"), &format!("{mnt}/copy")]);
+    assert!(copied.status.success(), "{}", common::output_text(&copied));
+    let after_cp = used_kib(&mnt);
+    assert!(
+        after_cp - before <= 256,
+        "cp took {} KiB",
+        after_cp - before
+    );
+    assert_eq!(checksum(&format!("{mnt}/copy")), original);
+    sh(&format!(
+        "dd if=/dev/zero of='{mnt}/copy' bs=4096 count=1 seek=10 conv=notrunc status=none"
+    ));
+    let after_write = used_kib(&mnt);
+    assert!(
+        after_write - after_cp <= 16 * 1024,
+        "a 4 KiB write took {} KiB",
+        after_write - after_cp
+    );
+    assert_eq!(checksum(&format!("{mnt}/src")), original);
+    let changed = checksum(&format!("{mnt}/copy"));
+    assert_ne!(changed, original);
+    let stats = sh(&format!("{} stats '{mnt}'", common::cairn_bin().display()));
+    assert!(
+        stats.contains("clones: 1") && stats.contains("cow_blocks: "),
+        "{stats}"
+    );
+    // FICLONE is not passed to FUSE daemons: --reflink=always cannot work.
+    let always = run(
+        "cp",
+        &[
+            "--reflink=always",
+            &format!("{mnt}/src"),
+            &format!("{mnt}/clone"),
+        ],
+    );
+    assert!(!always.status.success());
+    mount.unmount();
+    assert_eq!(fsck(&image), 0);
+    let mount = Mount::new(&image, &scratch.mountpoint(), "");
+    assert_eq!(checksum(&format!("{mnt}/src")), original);
+    assert_eq!(checksum(&format!("{mnt}/copy")), changed);
+    sh(&format!("rm '{mnt}/src'"));
+    let without_src = used_kib(&mnt);
+    assert!(
+        without_src + 1024 >= after_write,
+        "removing the original freed the copy's blocks: {without_src} KiB used, \
+         {after_write} before"
+    );
+    assert_eq!(checksum(&format!("{mnt}/copy")), changed);
+    sh(&format!("rm -f '{mnt}/copy' '{mnt}/clone'"));
+    let empty = used_kib(&mnt);
+    assert!(
+        empty <= before - 64 * 1024 + 64,
+        "{empty} KiB used after removing both"
+    );
+    mount.unmount();
+    assert_eq!(fsck(&image), 0);
+}
