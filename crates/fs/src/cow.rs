@@ -191,8 +191,9 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Maps the copy at `start` in place of `piece` (same written state), with an intent
-    /// that unstages the copy and drops the old blocks' count; then applies it.
+    /// Maps the copy at `start` in place of `piece`'s file blocks (in `piece`'s written
+    /// state), with an intent that unstages the copy and drops the count of the blocks it
+    /// replaces (if any: the place may have been a hole); then applies it.
     fn remap(
         &self,
         inode: u64,
@@ -219,9 +220,45 @@ impl Filesystem {
         }];
         updates.extend(crate::reflink::decrease_updates(&removed));
         let intent = tx.tx.log_refcount_intent(&updates);
+        let dropped: u64 = removed.iter().map(|e| u64::from(e.length)).sum();
+        let count = meta.core.block_count + u64::from(piece.length);
+        meta.core.block_count = count.saturating_sub(dropped);
         Self::log_inode(&mut tx, inode, meta);
         self.commit(tx, &mut [meta])?;
         finish_refcount_intent(self, intent, &updates)
+    }
+
+    /// Maps a new block holding `content` (one block) at file block `block` of inode
+    /// `inode`, in place of whatever was there (a clone's head and tail): staged, written,
+    /// then remapped like a copy-on-write.
+    pub(crate) fn replace_block(
+        &self,
+        inode: u64,
+        meta: &mut InodeData,
+        block: u64,
+        content: &[u8],
+    ) -> Result<(), FsError> {
+        let place = Extent {
+            file_block: block,
+            fs_block: FsBlock(0),
+            length: 1,
+            unwritten: false,
+        };
+        let (start, _) = self.allocate_staging(inode, meta, place)?;
+        let block_size = u64::from(self.geometry.block_size);
+        let mut buf = iobuf::take(content.len());
+        buf.copy_from_slice(content);
+        let written = self.device.write_at(start.0 * block_size, &buf);
+        iobuf::give_back(buf);
+        if let Err(error) = written {
+            self.free_staging((start, 1));
+            return Err(error.into());
+        }
+        if let Err(error) = self.remap(inode, meta, place, start) {
+            self.free_staging((start, 1));
+            return Err(error);
+        }
+        Ok(())
     }
 
     /// Gives back the staging blocks of a copy that failed (best effort: what a failure

@@ -82,7 +82,7 @@ impl Filesystem {
     /// Fills `buf` with the file's blocks from `first` on: one device read per mapped run,
     /// straight into its place in `buf`, zeros for holes and unwritten extents (`buf` may
     /// hold an earlier transfer's bytes, so every byte is written).
-    fn read_blocks(
+    pub(crate) fn read_blocks(
         &self,
         handle: &Inode,
         extents: &InodeExtents,

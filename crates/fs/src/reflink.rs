@@ -197,9 +197,11 @@ impl Filesystem {
     /// needed. Returns the bytes copied. With the reflink feature, when both offsets lie at
     /// the same place in a block, the whole blocks of the range (and the source's last,
     /// partial block when the copy ends at both files' ends) are shared, not copied: both
-    /// files map the same blocks until one of them writes there (copy-on-write). The
-    /// unaligned head and tail, and everything when the offsets differ within a block, are
-    /// copied. Ranges of one file must not overlap.
+    /// files map the same blocks until one of them writes there (copy-on-write); the
+    /// unaligned head and tail get new blocks of their own. The destination's size changes
+    /// once, at the end, so a crash shows its old size or the new one. When the offsets
+    /// differ within a block (or without reflink) the bytes are copied by writes. Ranges of
+    /// one file must not overlap (checked on the length cut at the source's end, as Linux).
     pub fn copy_file_range(
         &self,
         src: u64,
@@ -230,39 +232,113 @@ impl Filesystem {
         if len == 0 {
             return Ok(0);
         }
-        let block_size = u64::from(self.geometry.block_size);
         if !self.copy_shares(src_offset, dst_offset) {
             self.copy_data((src, src_offset), (dst, dst_offset), len)?;
             return Ok(len);
         }
-        let head = ((block_size - src_offset % block_size) % block_size).min(len);
-        self.copy_data((src, src_offset), (dst, dst_offset), head)?;
-        let (first, last) = (
-            (src_offset + head) / block_size,
-            (src_offset + len) / block_size,
-        );
-        let dst_size = target.data.lock().core.size;
-        // The source's last, partial block is shared too when the copy ends at the end of
-        // the source and at or past the end of the destination: no byte of it is in the
-        // destination's old contents, and the bytes past the new end never show (a growth
-        // zeroes them first, copying the block).
-        let eof_block = src_offset + len == src_size && dst_offset + len >= dst_size;
-        let last = if eof_block {
-            (src_offset + len).div_ceil(block_size)
-        } else {
-            last
-        };
-        if last > first {
-            let blocks = (first, last - first);
-            let dst_first = (dst_offset + head) / block_size;
-            let end = dst_offset + len;
-            self.share_blocks((&source, &target), blocks, dst_first, end)?;
+        let done = self.clone_range((&source, &target), (src_offset, dst_offset, len))?;
+        self.reflink.clones.fetch_add(1, Ordering::Relaxed);
+        Ok(done)
+    }
+
+    /// The sharing copy of `copy_file_range` (offsets at the same place in a block, `len`
+    /// cut at the source's end), under both files' I/O locks (cached pages written back
+    /// first), so nothing else changes either file meanwhile: past the destination's end
+    /// cleared first; the head and tail blocks built and mapped as new blocks; the blocks
+    /// between shared; the size set last. Returns the bytes copied (`len`, cut again at the
+    /// source's end as it is under the lock).
+    fn clone_range(
+        &self,
+        (source, target): (&Inode, &Inode),
+        (src_offset, dst_offset, len): (u64, u64, u64),
+    ) -> Result<u64, FsError> {
+        let (mut source_pages, mut target_pages) = lock_two(source, target);
+        if let Some(pages) = source_pages.as_deref_mut().filter(|p| !p.is_empty()) {
+            self.write_back(source, pages)?;
         }
-        let tail_from = (last * block_size).clamp(src_offset + head, src_offset + len);
-        let tail = src_offset + len - tail_from;
+        if !target_pages.is_empty() {
+            self.write_back(target, &mut target_pages)?;
+        }
+        self.set_reflink_flag(source)?;
+        let bs = u64::from(self.geometry.block_size);
+        let src_size = source.data.lock().core.size;
+        let len = len.min(src_size.saturating_sub(src_offset));
+        if len == 0 {
+            return Ok(0);
+        }
+        let (dst_size, end) = {
+            let mut meta = target.data.lock();
+            let (size, end) = (meta.core.size, dst_offset + len);
+            if end > size {
+                // What a shrink left past the end must not come back with the new size.
+                self.clear_past_eof(target.number, &mut meta, size, end)?;
+            }
+            (size, end)
+        };
+        let head = ((bs - src_offset % bs) % bs).min(len);
+        // A head that ends inside its block (a copy within one block) leaves nothing to share.
+        let (first, mut last) = ((src_offset + head).div_ceil(bs), (src_offset + len) / bs);
+        // The source's last, partial block is shared too when the copy ends at the end of
+        // the source and at or past the end of the destination: none of the destination's
+        // bytes are in it, and the source's bytes past the new end never show (a growth
+        // zeroes them first, copying the block).
+        if src_offset + len == src_size && end >= dst_size {
+            last = (src_offset + len).div_ceil(bs);
+        }
+        self.place_range((source, target), (src_offset, dst_offset), head)?;
+        if last > first {
+            let dst_first = (dst_offset + head) / bs;
+            self.share_blocks(source, target, (first, last - first), dst_first)?;
+        }
+        let tail_from = (last * bs).clamp(src_offset + head, src_offset + len);
         let dst_tail = dst_offset + (tail_from - src_offset);
-        self.copy_data((src, tail_from), (dst, dst_tail), tail)?;
+        let tail = src_offset + len - tail_from;
+        self.place_range((source, target), (tail_from, dst_tail), tail)?;
+        self.grow_to(target, end)?;
         Ok(len)
+    }
+
+    /// Copies source bytes `from..from + len` (inside one block of both files) to the
+    /// destination at `to`, in a new block built from the destination's old one.
+    fn place_range(
+        &self,
+        (source, target): (&Inode, &Inode),
+        (from, to): (u64, u64),
+        len: u64,
+    ) -> Result<(), FsError> {
+        if len == 0 {
+            return Ok(());
+        }
+        let bs = u64::from(self.geometry.block_size);
+        let read_block = |handle: &Inode, block: u64| -> Result<Vec<u8>, FsError> {
+            let generation = handle.data.lock().core.generation;
+            let extents = self.data_cache.inode(handle.number, generation);
+            let mut buf = vec![0u8; bs as usize];
+            self.read_blocks(handle, &extents, block, &mut buf)?;
+            Ok(buf)
+        };
+        let bytes = read_block(source, from / bs)?;
+        let mut block = read_block(target, to / bs)?;
+        let (at, src_at) = ((to % bs) as usize, (from % bs) as usize);
+        block[at..at + len as usize].copy_from_slice(&bytes[src_at..src_at + len as usize]);
+        self.replace_block(target.number, &mut target.data.lock(), to / bs, &block)?;
+        self.reflink.copied_bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The last transaction of a clone: the destination's size grows to `end` (its data is
+    /// all on the device), and its times move.
+    fn grow_to(&self, target: &Inode, end: u64) -> Result<(), FsError> {
+        let mut meta = target.data.lock();
+        let mut tx = self.begin(Reservation::for_items(&self.geometry, 0, 0, 1, 0))?;
+        let now = now();
+        meta.core.size = meta.core.size.max(end);
+        meta.cover_written(u64::MAX);
+        meta.core.mtime = now;
+        meta.core.ctime = now;
+        Self::log_inode(&mut tx, target.number, &mut meta);
+        self.commit(tx, &mut [&mut meta])?;
+        Ok(())
     }
 
     /// Whether `copy_file_range` between these offsets shares blocks (reflink feature, both
@@ -295,37 +371,15 @@ impl Filesystem {
     }
 
     /// Maps source blocks `first..first + count` into the destination from file block
-    /// `dst_first` on, sharing them; the destination's size grows to at most `end` bytes.
-    /// Holds both files' I/O locks (cached pages written back first) throughout, so
-    /// nothing else maps or frees either file's blocks meanwhile: each step's refcount
-    /// intent is finished before the locks go.
+    /// `dst_first` on, sharing them (the caller holds both files' I/O locks; the size is
+    /// the caller's). Each step's refcount intent is finished before the next step.
     fn share_blocks(
         &self,
-        (source, target): (&Inode, &Inode),
+        source: &Inode,
+        target: &Inode,
         (first, count): (u64, u64),
         dst_first: u64,
-        end: u64,
     ) -> Result<(), FsError> {
-        let (mut source_pages, mut target_pages) = lock_two(source, target);
-        if let Some(pages) = source_pages.as_deref_mut().filter(|p| !p.is_empty()) {
-            self.write_back(source, pages)?;
-        }
-        if !target_pages.is_empty() {
-            self.write_back(target, &mut target_pages)?;
-        }
-        self.set_reflink_flag(source)?;
-        {
-            // The blocks between the destination's end and the copy read as zeros, and
-            // whatever a shrink left past its end in its last block must not show.
-            let mut meta = target.data.lock();
-            let (size, start) = (
-                meta.core.size,
-                dst_first * u64::from(self.geometry.block_size),
-            );
-            if start > size {
-                self.clear_past_eof(target.number, &mut meta, size, start)?;
-            }
-        }
         let stop = first + count;
         let pieces = {
             let meta = source.data.lock();
@@ -335,11 +389,8 @@ impl Filesystem {
         let shift = Shift { first, dst_first };
         let mut at = first;
         while at < stop {
-            let block_size = u64::from(self.geometry.block_size);
-            let cached = target_pages.first_cached_byte(0, block_size);
-            at = self.share_step(target, &pieces, (at, stop), shift, (end, cached))?;
+            at = self.share_step(target, &pieces, (at, stop), shift)?;
         }
-        self.reflink.clones.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -347,15 +398,13 @@ impl Filesystem {
     /// up to `EXTENTS_PER_STEP` source pieces (and over up to as many destination extents)
     /// are unmapped and the source's blocks mapped there, with an intent counting the new
     /// mappings and dropping the old; then a second transaction applies it. Returns where
-    /// the next step starts. The destination's logged size may grow up to its first cached
-    /// byte (`cached`): the shared blocks are on the device.
+    /// the next step starts.
     fn share_step(
         &self,
         target: &Inode,
         pieces: &[Extent],
         (at, stop): (u64, u64),
         shift: Shift,
-        (end, cached): (u64, u64),
     ) -> Result<u64, FsError> {
         let source_runs = pieces.iter().map(|p| (p.file_block, p.file_end()));
         let src_end = step_end(source_runs, at, stop);
@@ -383,14 +432,8 @@ impl Filesystem {
         let intent = (!updates.is_empty()).then(|| tx.tx.log_refcount_intent(&updates));
         let added: u64 = shared.iter().map(|p| u64::from(p.length)).sum();
         let dropped: u64 = removed.iter().map(|e| u64::from(e.length)).sum();
-        let block_size = u64::from(self.geometry.block_size);
-        let now = now();
         meta.core.flags |= INODE_FLAG_REFLINK;
         meta.core.block_count = (meta.core.block_count + added).saturating_sub(dropped);
-        meta.core.size = meta.core.size.max((dst_end * block_size).min(end));
-        meta.cover_written(cached);
-        meta.core.mtime = now;
-        meta.core.ctime = now;
         Self::log_inode(&mut tx, target.number, &mut meta);
         self.commit(tx, &mut [&mut meta])?;
         drop(meta);

@@ -120,15 +120,9 @@ impl Model {
     }
 
     /// The whole blocks `first..first + count` of `src` mapped into `dst` at `dst_first`
-    /// (holes included), the destination growing to at most `end` bytes.
-    fn share(
-        &mut self,
-        (src, first, count): (usize, u64, u64),
-        (dst, dst_first, end): (usize, u64, u64),
-    ) {
+    /// (holes included).
+    fn share(&mut self, (src, first, count): (usize, u64, u64), (dst, dst_first): (usize, u64)) {
         let source = self.files[src].clone().unwrap();
-        let size = self.files[dst].as_ref().unwrap().bytes.len() as u64;
-        self.clear_past_eof(dst, size, dst_first * BLOCK);
         let target = self.files[dst].as_mut().unwrap();
         for index in 0..count {
             match source.blocks.get(&(first + index)) {
@@ -136,25 +130,12 @@ impl Model {
                 None => target.blocks.remove(&(dst_first + index)),
             };
         }
-        let new_end = ((dst_first + count) * BLOCK)
-            .min(end)
-            .max(target.bytes.len() as u64);
-        target.bytes.resize(new_end as usize, 0);
-        let from = first * BLOCK;
-        let to = (dst_first * BLOCK) as usize;
-        let len = ((count * BLOCK) as usize).min(new_end as usize - to);
-        for index in 0..len {
-            target.bytes[to + index] = source
-                .bytes
-                .get(from as usize + index)
-                .copied()
-                .unwrap_or(0);
-        }
     }
 
-    /// `copy_file_range` as cairn-fs does it: the unaligned head and tail written, the
-    /// blocks between shared (the source's last partial block too when the copy ends at
-    /// both ends of file), everything written when the offsets differ within a block.
+    /// `copy_file_range` as cairn-fs does it: with both offsets at the same place in a
+    /// block, the destination's tail past its end cleared, the head and tail blocks new
+    /// blocks, the blocks between shared (the source's last partial block too when the copy
+    /// ends at both ends of file), the size grown once; otherwise a write.
     fn clone_range(&mut self, src: usize, dst: usize, (so, dof, len): (u64, u64, u64)) -> u64 {
         let src_file = self.files[src].clone().unwrap();
         let src_size = src_file.bytes.len() as u64;
@@ -162,32 +143,39 @@ impl Model {
         if len == 0 {
             return 0;
         }
-        let bytes = |from: u64, n: u64| src_file.bytes[from as usize..(from + n) as usize].to_vec();
+        let bytes = src_file.bytes[so as usize..(so + len) as usize].to_vec();
         if so % BLOCK != dof % BLOCK {
-            self.write(dst, dof, &bytes(so, len));
+            self.write(dst, dof, &bytes);
             return len;
         }
-        let head = ((BLOCK - so % BLOCK) % BLOCK).min(len);
-        if head > 0 {
-            self.write(dst, dof, &bytes(so, head));
-        }
         let dst_size = self.files[dst].as_ref().unwrap().bytes.len() as u64;
-        let first = (so + head) / BLOCK;
+        let end = dof + len;
+        self.clear_past_eof(dst, dst_size, end);
+        let head = ((BLOCK - so % BLOCK) % BLOCK).min(len);
+        let first = (so + head).div_ceil(BLOCK);
         let mut last = (so + len) / BLOCK;
-        if so + len == src_size && dof + len >= dst_size {
+        if so + len == src_size && end >= dst_size {
             last = (so + len).div_ceil(BLOCK);
         }
+        if head > 0 {
+            let id = self.fresh();
+            let target = self.files[dst].as_mut().unwrap();
+            target.blocks.insert(dof / BLOCK, id);
+        }
         if last > first {
-            self.share(
-                (src, first, last - first),
-                (dst, (dof + head) / BLOCK, dof + len),
-            );
+            self.share((src, first, last - first), (dst, (dof + head) / BLOCK));
         }
         let tail_from = (last * BLOCK).clamp(so + head, so + len);
-        let tail = so + len - tail_from;
-        if tail > 0 {
-            self.write(dst, dof + (tail_from - so), &bytes(tail_from, tail));
+        if so + len > tail_from {
+            let id = self.fresh();
+            let target = self.files[dst].as_mut().unwrap();
+            target.blocks.insert((dof + (tail_from - so)) / BLOCK, id);
         }
+        let target = self.files[dst].as_mut().unwrap();
+        if (target.bytes.len() as u64) < end {
+            target.bytes.resize(end as usize, 0);
+        }
+        target.bytes[dof as usize..end as usize].copy_from_slice(&bytes);
         len
     }
 
@@ -444,4 +432,20 @@ proptest! {
     ) {
         run(&ops, options(true))?;
     }
+}
+
+// Found by the model: a copy inside one block that ends at the source's end shared that
+// block as the source's last, over the destination bytes before the copy.
+#[test]
+fn regression_a_copy_within_one_block_at_the_source_end() {
+    let ops = [Op::Write(0, 10965, 4707, 0), Op::Clone(0, 1, 15, 0, 1, 311)];
+    run(&ops, options(false)).unwrap();
+}
+
+// Found by the model: the overlap of two ranges of one file is judged on the length cut
+// at the source's end, as Linux does (the cut range does not overlap).
+#[test]
+fn regression_overlap_is_judged_after_the_cut() {
+    let ops = [Op::Write(2, 32930, 1759, 0), Op::Clone(2, 2, 23, 2, 0, 21505)];
+    run(&ops, options(true)).unwrap();
 }
