@@ -35,6 +35,10 @@ use crate::space::{AgSpace, free_list_need};
 #[derive(Debug, Default)]
 pub(crate) struct AgState {
     pub busy: BusyExtents,
+    /// Blocks a refcount decrease left mapped by one file (reflink) until that decrease is
+    /// durable: a crash could still bring back the file that shared them, so writes must
+    /// copy them rather than write in place (`Allocator::shared_runs` counts them shared).
+    pub unshared: crate::refcount::RecentlyUnshared,
 }
 
 /// What one `trim_ag` call took: the ranges `(AG block, length)` marked for discard, and

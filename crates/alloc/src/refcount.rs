@@ -89,6 +89,66 @@ impl<'c, B: Buffers<'c>> TreeContext<'c> for RefcountCtx<'_, '_, B> {
     }
 }
 
+/// Runs of AG blocks a refcount decrease took from 2 to 1, with the sequence of the commit
+/// that did (kept until that commit is durable). Runs may overlap (the same blocks shared
+/// and unshared again); they are few (one checkpoint's worth), so lookups scan them.
+#[derive(Debug, Default)]
+pub(crate) struct RecentlyUnshared {
+    runs: Vec<(u32, u32, u64)>,
+}
+
+/// Runs kept before overlapping ones are merged.
+const UNSHARED_RUNS_COMPACT: usize = 1024;
+
+impl RecentlyUnshared {
+    pub(crate) fn insert(&mut self, start: u32, length: u32, sequence: u64) {
+        self.runs.push((start, start + length, sequence));
+        if self.runs.len() > UNSHARED_RUNS_COMPACT {
+            self.compact();
+        }
+    }
+
+    /// Drops the runs whose decrease is durable.
+    pub(crate) fn clear_durable(&mut self, durable: u64) {
+        self.runs.retain(|run| run.2 > durable);
+    }
+
+    /// The parts of `start..end` some run covers, in order, merged.
+    pub(crate) fn covered(&self, start: u32, end: u32) -> Vec<(u32, u32)> {
+        let mut parts: Vec<(u32, u32)> = self
+            .runs
+            .iter()
+            .filter(|run| run.0 < end && run.1 > start)
+            .map(|run| (run.0.max(start), run.1.min(end)))
+            .collect();
+        parts.sort_unstable();
+        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(parts.len());
+        for (from, to) in parts {
+            match merged.last_mut() {
+                Some(last) if from <= last.1 => last.1 = last.1.max(to),
+                _ => merged.push((from, to)),
+            }
+        }
+        merged
+    }
+
+    /// Merges overlapping and touching runs, keeping the newest sequence of each.
+    fn compact(&mut self) {
+        self.runs.sort_unstable();
+        let mut merged: Vec<(u32, u32, u64)> = Vec::with_capacity(self.runs.len());
+        for run in self.runs.drain(..) {
+            match merged.last_mut() {
+                Some(last) if run.0 <= last.1 => {
+                    last.1 = last.1.max(run.1);
+                    last.2 = last.2.max(run.2);
+                }
+                _ => merged.push(run),
+            }
+        }
+        self.runs = merged;
+    }
+}
+
 /// A run of AG blocks `start..end` whose blocks each count `count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Run {
@@ -136,8 +196,9 @@ impl Change {
     }
 }
 
-/// What `recount` gives: the new records, and the runs `(AG block, length)` that reached 0.
-type Recounted = (Vec<RefcountRecord>, Vec<(u32, u32)>);
+/// What `recount` gives: the new records, the runs `(AG block, length)` that reached 0, and
+/// those that went from 2 to 1 (shared no more).
+type Recounted = (Vec<RefcountRecord>, Vec<(u32, u32)>, Vec<(u32, u32)>);
 
 /// The records that replace `old` (the records of the change's kind that overlap or touch
 /// `start..end`, in order) once every block of `start..end` has its count changed, and the
@@ -158,6 +219,7 @@ fn recount(
     bounds.dedup();
     let mut runs: Vec<Run> = Vec::new();
     let mut zeroed: Vec<(u32, u32)> = Vec::new();
+    let mut unshared: Vec<(u32, u32)> = Vec::new();
     for pair in bounds.windows(2) {
         let (a, b) = (pair[0], pair[1]);
         let covering = old
@@ -180,10 +242,10 @@ fn recount(
         }
         let count = count as u32;
         if count == 0 {
-            match zeroed.last_mut() {
-                Some(last) if last.0 + last.1 == a => last.1 += b - a,
-                _ => zeroed.push((a, b - a)),
-            }
+            push_range(&mut zeroed, (a, b));
+        }
+        if inside && count == 1 && !change.staging() && covering.is_some() {
+            push_range(&mut unshared, (a, b));
         }
         if !change.recorded(count) {
             continue;
@@ -207,7 +269,15 @@ fn recount(
             staging,
         })
         .collect();
-    Ok((records, zeroed))
+    Ok((records, zeroed, unshared))
+}
+
+/// Appends AG blocks `a..b` to `ranges` (`(start, length)`, in order), merged with the last.
+fn push_range(ranges: &mut Vec<(u32, u32)>, (a, b): (u32, u32)) {
+    match ranges.last_mut() {
+        Some(last) if last.0 + last.1 == a => last.1 += b - a,
+        _ => ranges.push((a, b - a)),
+    }
 }
 
 /// Where to end a change of `start..end` that may rewrite at most `records_max` (>= 1) of
@@ -340,27 +410,53 @@ impl Allocator {
     }
 
     /// The runs of `start..start + length` (one AG) that more than one file maps, as
-    /// `(first block, length, count)`. Reads through `bufs`, holding the AGF meanwhile.
+    /// `(first block, length, count)`, and those a decrease left to one file in a commit not
+    /// yet durable (count 1: a crash may bring the other file back, so a write must still
+    /// copy them). Reads through `bufs`, holding the AGF meanwhile.
     pub fn shared_runs<'c, B: Buffers<'c>>(
         &self,
         bufs: &mut B,
+        log: &dyn LogSequence,
         (start, length): (FsBlock, u32),
     ) -> Result<Vec<(FsBlock, u32, u32)>, AllocError> {
         let ag = self.geometry.ag_of(start);
         let first = self.geometry.ag_block_of(start).0;
         let end = first.saturating_add(length);
         let mut ctx = AgCtx::open(bufs, &self.geometry, self.uuid, ag)?;
-        let Some(tree) = open_tree(&ctx)? else {
-            return Ok(Vec::new());
+        let mut runs: Vec<(u32, u32, u32)> = match open_tree(&ctx)? {
+            Some(tree) => records_around(&mut ctx, &tree, false, (first, end))?
+                .iter()
+                .filter_map(|r| {
+                    let from = r.start.0.max(first);
+                    let to = (r.end() as u32).min(end);
+                    (from < to).then_some((from, to - from, r.refcount))
+                })
+                .collect(),
+            None => Vec::new(),
         };
-        let records = records_around(&mut ctx, &tree, false, (first, end))?;
-        Ok(records
-            .iter()
-            .filter_map(|r| {
-                let from = r.start.0.max(first);
-                let to = (r.end() as u32).min(end);
-                (from < to).then(|| (ctx.fs_block(from), to - from, r.refcount))
-            })
+        if let Some(state) = self.ags.get(ag.0 as usize) {
+            let mut state = state.lock();
+            state.unshared.clear_durable(log.durable_sequence());
+            // Blocks counted 2 or more again since are in `runs` already.
+            let mut counted: Vec<(u32, u32)> = runs.iter().map(|r| (r.0, r.0 + r.1)).collect();
+            counted.sort_unstable();
+            for (from, to) in state.unshared.covered(first, end) {
+                let mut at = from;
+                for &(start, stop) in counted.iter().filter(|c| c.1 > from && c.0 < to) {
+                    if start > at {
+                        runs.push((at, start - at, 1));
+                    }
+                    at = at.max(stop);
+                }
+                if to > at {
+                    runs.push((at, to - at, 1));
+                }
+            }
+        }
+        runs.sort_unstable();
+        Ok(runs
+            .into_iter()
+            .map(|(at, count, refcount)| (ctx.fs_block(at), count, refcount))
             .collect())
     }
 
@@ -430,7 +526,8 @@ impl Allocator {
         };
         let range = (first, end as u32);
         let list_before = held.ctx.agf.free_list_count;
-        let (done_end, zeroed) = self.rewrite_in(&mut held, log, range, change, records_max)?;
+        let limits = (sequence, records_max);
+        let (done_end, zeroed) = self.rewrite_in(&mut held, log, range, change, limits)?;
         if let Change::Shared(_) = change {
             for &(at, blocks) in &zeroed {
                 held.space.add(held.ctx, at, blocks)?;
@@ -457,7 +554,7 @@ impl Allocator {
         log: &dyn LogSequence,
         (start, end): (u32, u32),
         change: Change,
-        records_max: usize,
+        (sequence, records_max): (u64, usize),
     ) -> Result<(u32, Vec<(u32, u32)>), AllocError> {
         let block = held.ctx.fs_block(start).0;
         let mut old = match open_tree(held.ctx)? {
@@ -466,8 +563,11 @@ impl Allocator {
         };
         let end = cut_after(&old, (start, end), records_max.max(1));
         old.retain(|r| r.start.0 <= end);
-        let (new, zeroed) = recount(&old, start, end, change)
+        let (new, zeroed, unshared) = recount(&old, start, end, change)
             .map_err(|why| AllocError::corrupt(block, format!("refcount tree: {why}")))?;
+        for &(at, length) in &unshared {
+            held.state.unshared.insert(at, length, sequence);
+        }
         if new == old {
             return Ok((end, zeroed));
         }
@@ -547,19 +647,21 @@ mod tests {
     #[test]
     fn recount_splits_merges_and_zeroes() {
         let old = [record(10, 10, 2)];
-        let (new, zeroed) = recount(&old, 15, 25, Change::Shared(1)).unwrap();
+        let (new, zeroed, _) = recount(&old, 15, 25, Change::Shared(1)).unwrap();
         assert_eq!(
             new,
             vec![record(10, 5, 2), record(15, 5, 3), record(20, 5, 2)]
         );
         assert!(zeroed.is_empty());
-        let (back, _) = recount(&new, 15, 25, Change::Shared(-1)).unwrap();
+        let (back, _, unshared) = recount(&new, 15, 25, Change::Shared(-1)).unwrap();
         assert_eq!(back, vec![record(10, 10, 2)]);
-        let (gone, zeroed) = recount(&back, 5, 15, Change::Shared(-1)).unwrap();
+        assert_eq!(unshared, vec![(20, 5)]);
+        let (gone, zeroed, unshared) = recount(&back, 5, 15, Change::Shared(-1)).unwrap();
         assert_eq!(gone, vec![record(15, 5, 2)]);
         assert_eq!(zeroed, vec![(5, 5)]);
+        assert_eq!(unshared, vec![(10, 5)]);
         let touching = [record(0, 5, 2), record(10, 5, 2)];
-        let (merged, _) = recount(&touching, 5, 10, Change::Shared(1)).unwrap();
+        let (merged, _, _) = recount(&touching, 5, 10, Change::Shared(1)).unwrap();
         assert_eq!(merged, vec![record(0, 15, 2)]);
     }
 
@@ -567,11 +669,11 @@ mod tests {
     // staging a staged block or unstaging an unstaged one is refused.
     #[test]
     fn recount_staging() {
-        let (staged, zeroed) = recount(&[], 40, 48, Change::Staging(true)).unwrap();
+        let (staged, zeroed, _) = recount(&[], 40, 48, Change::Staging(true)).unwrap();
         assert_eq!(staged.len(), 1);
         assert!(staged[0].staging && staged[0].refcount == 1);
         assert!(zeroed.is_empty());
-        let (left, zeroed) = recount(&staged, 44, 48, Change::Staging(false)).unwrap();
+        let (left, zeroed, _) = recount(&staged, 44, 48, Change::Staging(false)).unwrap();
         assert_eq!(left.len(), 1);
         assert_eq!((left[0].start.0, left[0].length), (40, 4));
         assert_eq!(zeroed, vec![(44, 4)]);

@@ -90,12 +90,14 @@ impl Filesystem {
         Ok(clipped(map.extents(), wide_first, wide_last))
     }
 
-    /// The shared runs of `extent`'s blocks, as the refcount tree says.
+    /// The shared runs of `extent`'s blocks, as the refcount tree says (and those shared
+    /// until a decrease not yet durable: see `Allocator::shared_runs`).
     fn shared_runs_of(&self, extent: &Extent) -> Result<Vec<(FsBlock, u32, u32)>, FsError> {
         let mut ctx = CacheContext::new(&self.cache);
+        let log = JournalLog(&self.journal);
         Ok(self
             .alloc
-            .shared_runs(&mut ctx, (extent.fs_block, extent.length))?)
+            .shared_runs(&mut ctx, &log, (extent.fs_block, extent.length))?)
     }
 
     /// Copies `piece` (mapped blocks of inode `inode`) into new blocks and maps them in its

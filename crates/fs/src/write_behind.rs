@@ -449,7 +449,8 @@ impl Filesystem {
         for (block, physical, length) in runs {
             let mut ctx = cairn_btree::CacheContext::new(&self.cache);
             let range = (cairn_format::FsBlock(physical), length);
-            for (start, count, _) in self.alloc.shared_runs(&mut ctx, range)? {
+            let log = crate::glue::JournalLog(&self.journal);
+            for (start, count, _) in self.alloc.shared_runs(&mut ctx, &log, range)? {
                 let first = block + (start.0 - physical);
                 shared.extend(first..first + u64::from(count));
             }

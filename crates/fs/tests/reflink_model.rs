@@ -446,6 +446,9 @@ fn regression_a_copy_within_one_block_at_the_source_end() {
 // at the source's end, as Linux does (the cut range does not overlap).
 #[test]
 fn regression_overlap_is_judged_after_the_cut() {
-    let ops = [Op::Write(2, 32930, 1759, 0), Op::Clone(2, 2, 23, 2, 0, 21505)];
+    let ops = [
+        Op::Write(2, 32930, 1759, 0),
+        Op::Clone(2, 2, 23, 2, 0, 21505),
+    ];
     run(&ops, options(true)).unwrap();
 }
