@@ -358,6 +358,11 @@ fn record_fields(kind: MetaKind, name: &str, at: usize) -> Vec<Field> {
         MetaKind::BmapBtree => extent_fields(name, at),
         MetaKind::DirBtree => vec![field("hash", 0, 4), field("address", 4, 4)],
         MetaKind::AttrBtree => vec![field("hash", 0, 4), field("seq", 4, 4), field("leaf", 8, 8)],
+        MetaKind::RefcountBtree => vec![
+            field("start", 0, 4),
+            field("length", 4, 4),
+            field("refcount", 8, 4),
+        ],
         _ => Vec::new(),
     }
 }

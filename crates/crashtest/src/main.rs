@@ -6,7 +6,8 @@
 //! Usage: `cairn-crashtest [--quick] [--stride N] [--extra-points N]`: `--stride N` explores
 //! every N-th one- and two-op workload and 1/N of the random ones, faults and fuzzed images;
 //! `--extra-points N` checks at most N crash points per workload besides the flush points
-//! (default: all of them); `--quick` is `--stride 10 --extra-points 8`.
+//! (default: all of them); `--quick` is `--stride 10 --extra-points 8`; `--reflink` runs
+//! only the reflink workloads (clones and what follows them) and their faults.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -24,15 +25,17 @@ const RANDOM_LEN: usize = 40;
 struct Bounds {
     stride: usize,
     extra_points_max: Option<usize>,
+    reflink_only: bool,
 }
 
-const USAGE: &str = "usage: cairn-crashtest [--quick] [--stride N] [--extra-points N]";
+const USAGE: &str = "usage: cairn-crashtest [--quick] [--stride N] [--extra-points N] [--reflink]";
 
 /// The bounds asked for, or `None` when the user asked for help.
 fn parse_args() -> Result<Option<Bounds>, String> {
     let mut bounds = Bounds {
         stride: 1,
         extra_points_max: None,
+        reflink_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -48,6 +51,7 @@ fn parse_args() -> Result<Option<Bounds>, String> {
                 bounds.extra_points_max = Some(8);
             }
             "--stride" => bounds.stride = number("--stride")?,
+            "--reflink" => bounds.reflink_only = true,
             "--extra-points" => bounds.extra_points_max = Some(number("--extra-points")?),
             "--help" | "-h" => return Ok(None),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
@@ -67,6 +71,9 @@ fn run(bounds: Bounds) -> Result<Tally, CrashError> {
         data_cache: 0,
         log_sync: false,
     };
+    if bounds.reflink_only {
+        return reflink_pass(stride, &config);
+    }
     let mut workloads: Vec<_> = workload::seq1().into_iter().step_by(stride).collect();
     workloads.extend(workload::seq2().into_iter().step_by(stride));
     workloads.extend(
@@ -111,6 +118,8 @@ fn run(bounds: Bounds) -> Result<Tally, CrashError> {
         tally.summary(),
         started.elapsed()
     );
+    suite::merge(&mut tally, reflink_pass(stride, &config)?);
+    eprintln!("reflink: {} ({:?})", tally.summary(), started.elapsed());
     for seed in 0..(8 / stride as u64).max(1) {
         suite::merge(
             &mut tally,
@@ -173,6 +182,54 @@ fn write_behind_pass(stride: usize, config: &ExploreConfig) -> Result<Tally, Cra
     suite::merge(&mut space, suite::reserve_run(LARGE_DATA_CACHE_BYTES)?);
     eprintln!("write-behind space: {}", space.summary());
     suite::merge(&mut tally, space);
+    Ok(tally)
+}
+
+/// The reflink workloads (clone, overwrite either side, unlink either side...) and random
+/// ones a third of whose ops are clones: plain, with write-behind at both caps and with a
+/// sync log; then faults injected into the targeted ones (every write, a stopped device and
+/// a failed flush in the middle of each).
+fn reflink_pass(stride: usize, config: &ExploreConfig) -> Result<Tally, CrashError> {
+    use workload::{LARGE_DATA_CACHE_BYTES, SMALL_DATA_CACHE_BYTES};
+    let started = Instant::now();
+    let targeted: Vec<_> = workload::reflink()
+        .into_iter()
+        .step_by(stride.min(2))
+        .collect();
+    let mut mixed = targeted.clone();
+    mixed.extend(
+        (0..(RANDOM_WORKLOADS / stride as u64).max(1))
+            .map(|seed| workload::random_reflink(seed, RANDOM_LEN)),
+    );
+    let mut tally = Tally::default();
+    let runs = [
+        ("plain", 0, false),
+        ("small cap", SMALL_DATA_CACHE_BYTES, false),
+        ("large cap", LARGE_DATA_CACHE_BYTES, false),
+        ("sync log", 0, true),
+    ];
+    for (what, cap, log_sync) in runs {
+        let config = ExploreConfig {
+            data_cache: cap,
+            log_sync,
+            ..*config
+        };
+        let run = suite::crash_run(&mixed, &config)?;
+        eprintln!(
+            "reflink {what}: {} ({:?})",
+            run.summary(),
+            started.elapsed()
+        );
+        suite::merge(&mut tally, run);
+    }
+    for workload in targeted.iter().step_by(4) {
+        suite::merge(&mut tally, suite::fault_run(workload, 24, 1)?);
+    }
+    eprintln!(
+        "reflink faults: {} ({:?})",
+        tally.summary(),
+        started.elapsed()
+    );
     Ok(tally)
 }
 

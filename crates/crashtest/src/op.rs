@@ -83,6 +83,16 @@ pub enum Op {
         len: u64,
         id: u64,
     },
+    /// `copy_file_range(from, from_offset, to, to_offset, len)`: with reflink and offsets at
+    /// the same place in a block, the blocks between are shared and the head and tail get
+    /// new blocks; the destination's size changes once (old or new after a crash).
+    Clone {
+        from: Path,
+        to: Path,
+        from_offset: u64,
+        to_offset: u64,
+        len: u64,
+    },
     /// `lseek(path, 0, SEEK_HOLE)`: reads the mapping, so with write-behind on it writes the
     /// file's cached pages back first. No effect on the model and no promise.
     SeekHole(Path),
@@ -120,9 +130,20 @@ impl Op {
             | Self::SetXattr { path, .. }
             | Self::RemoveXattr { path, .. }
             | Self::Fallocate { path, .. } => path,
-            Self::Link { to, .. } | Self::Rename { to, .. } => to,
+            Self::Link { to, .. } | Self::Rename { to, .. } | Self::Clone { to, .. } => to,
             Self::Sync | Self::Wait | Self::Unmount | Self::Writeback => "",
         }
+    }
+}
+
+/// `copy_file_range(from, from_offset, to, to_offset, len)`.
+pub fn clone(from: &str, from_offset: u64, to: &str, to_offset: u64, len: u64) -> Op {
+    Op::Clone {
+        from: from.into(),
+        to: to.into(),
+        from_offset,
+        to_offset,
+        len,
     }
 }
 
@@ -161,6 +182,16 @@ impl fmt::Display for Op {
             Self::SeekHole(path) => write!(f, "seek_hole({path})"),
             Self::Truncate { path, size } => write!(f, "truncate({path}, {size})"),
             Self::Link { from, to } => write!(f, "link({from}, {to})"),
+            Self::Clone {
+                from,
+                to,
+                from_offset,
+                to_offset,
+                len,
+            } => write!(
+                f,
+                "copy_file_range({from}, {from_offset}, {to}, {to_offset}, {len})"
+            ),
             Self::Unlink(path) => write!(f, "unlink({path})"),
             Self::Rmdir(path) => write!(f, "rmdir({path})"),
             Self::Symlink { path, .. } => write!(f, "symlink({path})"),
@@ -218,6 +249,17 @@ pub fn valid(model: &Model, op: &Op) -> bool {
         | Op::Truncate { path, .. }
         | Op::SeekHole(path) => file(path),
         Op::Link { from, to } => file(from) && fresh(model, to),
+        Op::Clone {
+            from,
+            to,
+            from_offset,
+            to_offset,
+            len,
+        } => {
+            file(from)
+                && file(to)
+                && !clone_overlaps(model, from, to, (*from_offset, *to_offset, *len))
+        }
         Op::Unlink(path) => matches!(
             kind_at(model, path),
             Some(NodeKind::File | NodeKind::Symlink)
@@ -241,6 +283,22 @@ pub fn valid(model: &Model, op: &Op) -> bool {
         Op::Fsync(path) | Op::Fdatasync(path) => kind_at(model, path).is_some(),
         Op::Sync | Op::Wait | Op::Unmount | Op::Writeback => true,
     }
+}
+
+/// Whether a copy within one file (both names of one node) overlaps itself, on the length
+/// cut at the file's end (as Linux checks it): the filesystem refuses such a copy.
+fn clone_overlaps(
+    model: &Model,
+    from: &str,
+    to: &str,
+    (from_offset, to_offset, len): (u64, u64, u64),
+) -> bool {
+    let (Some(source), Some(target)) = (model.node_at(from), model.node_at(to)) else {
+        return false;
+    };
+    let size = model.nodes[source].current().content.len() as u64;
+    let len = len.min(size.saturating_sub(from_offset));
+    source == target && from_offset < to_offset + len && to_offset < from_offset + len
 }
 
 /// Whether `inner` is `outer` or below it.
@@ -381,6 +439,29 @@ pub fn apply(model: &mut Model, op: &Op, step: Option<usize>, inode: u64) -> Opt
         Op::Link { from, to } => {
             let node = model.node_at(from)?;
             model.names.insert(to.clone(), node);
+            Some(node)
+        }
+        Op::Clone {
+            from,
+            to,
+            from_offset,
+            to_offset,
+            len,
+        } => {
+            let (source, node) = (model.node_at(from)?, model.node_at(to)?);
+            let copied = model.nodes[source].current().content.clone();
+            let current = model.nodes[node].current().clone();
+            let mut content = current.content.as_ref().clone();
+            let start = (*from_offset as usize).min(copied.len());
+            let end = (start + *len as usize).min(copied.len());
+            let dest = *to_offset as usize;
+            if end > start {
+                if content.len() < dest + end - start {
+                    content.resize(dest + end - start, 0);
+                }
+                content[dest..dest + end - start].copy_from_slice(&copied[start..end]);
+            }
+            model.set_state(node, at, content, current.xattrs.as_ref().clone());
             Some(node)
         }
         Op::Unlink(path) | Op::Rmdir(path) => model.names.remove(path),

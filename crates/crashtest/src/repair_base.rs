@@ -199,7 +199,9 @@ fn populate(fs: &Filesystem) -> Result<BTreeMap<&'static str, u64>, CrashError> 
     roles.extend(acl_holders(fs, b)?);
     roles.insert("many-attrs", index_form_file(fs)?);
     roles.insert("big", big_directory(fs)?);
-    roles.insert("frag", fragmented_file(fs)?);
+    let frag = fragmented_file(fs)?;
+    roles.insert("frag", frag);
+    roles.insert("frag-clone", cloned_file(fs, frag)?);
     cut_free_space(fs, e)?;
     Ok(roles)
 }
@@ -247,6 +249,23 @@ fn fragmented_file(fs: &Filesystem) -> Result<u64, CrashError> {
             .map_err(fs_error("write"))?;
     }
     Ok(frag)
+}
+
+/// A clone of `frag` (reflink: its 1,500 extents shared, a refcount record each, so the
+/// refcount trees have node levels) and a clone of the clone's first half at another place
+/// (those blocks counted 3).
+fn cloned_file(fs: &Filesystem, frag: u64) -> Result<u64, CrashError> {
+    let who = Credentials::root();
+    let clone = fs
+        .create(fs.root(), b"frag-clone", FileKind::Regular, 0o644, 0, &who)
+        .map_err(fs_error("create"))?
+        .inode;
+    let size = 2 * FRAG_EXTENTS * 1024;
+    fs.copy_file_range(frag, 0, clone, 0, size)
+        .map_err(fs_error("copy_file_range"))?;
+    fs.copy_file_range(clone, 0, clone, size + 4096, size / 2)
+        .map_err(fs_error("copy_file_range"))?;
+    Ok(clone)
 }
 
 /// One-block files in `dir`, every other one removed again.

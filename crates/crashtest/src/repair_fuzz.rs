@@ -556,9 +556,10 @@ fn leaf_extents(raw: &[u8]) -> Vec<Extent> {
 
 fn hold_extent(base: &Base, owner: u64, extent: &Extent, held: &mut Held) {
     let block_bytes = u64::from(base.geometry.block_size);
+    // A damaged record may name any block: its byte range saturates.
     let range = (
-        extent.file_block * block_bytes,
-        extent.file_end() * block_bytes,
+        extent.file_block.saturating_mul(block_bytes),
+        extent.file_end().saturating_mul(block_bytes),
     );
     held.ranges.entry(owner).or_default().push(range);
     if extent.file_block >= INDEX_FILE_BASE {

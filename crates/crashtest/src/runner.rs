@@ -148,6 +148,17 @@ pub fn perform(fs: &Filesystem, op: &Op) -> Result<u64, FsError> {
             fs.setattr(resolve(fs, path)?, &changes, &who)?;
             Ok(0)
         }
+        Op::Clone {
+            from,
+            to,
+            from_offset,
+            to_offset,
+            len,
+        } => {
+            let (source, target) = (resolve(fs, from)?, resolve(fs, to)?);
+            fs.copy_file_range(source, *from_offset, target, *to_offset, *len)?;
+            Ok(0)
+        }
         Op::Link { from, to } => {
             let attr = fs.link(resolve(fs, from)?, parent(to)?, &name(to), &who)?;
             fs.forget(attr.inode, 1);

@@ -4,7 +4,7 @@
 use cairn_fs::{FallocateMode, RenameMode};
 
 use crate::model::{Model, join, parent_of};
-use crate::op::{self, Op, fallocate, truncate};
+use crate::op::{self, Op, clone, fallocate, truncate};
 
 /// A named workload: the ops run after the setup.
 #[derive(Debug, Clone)]
@@ -499,6 +499,86 @@ pub fn replace_patterns() -> Vec<Workload> {
     out
 }
 
+/// The bodies of the reflink workloads (`copy_file_range` sharing "foo"'s blocks): a
+/// clone into a new file, then each way of changing either side (overwrite aligned and
+/// not, of the copy and of the original; unlink either; truncate down and up, punch and
+/// zero range on the copy; a clone of the clone; the copy unlinked and the original then
+/// overwritten, whose blocks must still be copied until the unlink is durable), a clone
+/// into an existing file that grows it (head and tail not aligned), a clone within one
+/// file, and a copy whose offsets differ within a block (a plain copy).
+fn reflink_bodies() -> Vec<Vec<Op>> {
+    let cloned = || vec![Op::Create("copy".into()), clone("foo", 0, "copy", 0, 16384)];
+    let then = |more: Vec<Op>| {
+        let mut ops = cloned();
+        ops.extend(more);
+        ops
+    };
+    vec![
+        cloned(),
+        then(vec![write("copy", 4096, 4096)]),
+        then(vec![write("copy", 1000, 300)]),
+        then(vec![write("foo", 0, 8192)]),
+        then(vec![Op::Unlink("foo".into())]),
+        then(vec![Op::Unlink("copy".into())]),
+        then(vec![Op::Unlink("copy".into()), write("foo", 4096, 4096)]),
+        then(vec![write("foo", 0, 4096), Op::Unlink("foo".into())]),
+        then(vec![truncate("copy", 5000), truncate("copy", 12000)]),
+        then(vec![fallocate(
+            "copy",
+            1000,
+            5000,
+            FallocateMode::PunchHole,
+        )]),
+        then(vec![fallocate(
+            "copy",
+            3000,
+            6000,
+            FallocateMode::ZeroRange { keep_size: true },
+        )]),
+        then(vec![
+            clone("copy", 0, "A/C/baz", 0, 16384),
+            write("copy", 0, 100),
+        ]),
+        then(vec![Op::Fsync("copy".into()), write("foo", 0, 16384)]),
+        vec![clone("foo", 1000, "A/bar", 1000, 12000)],
+        vec![clone("foo", 4096, "foo", 20480, 8192)],
+        vec![clone("foo", 100, "A/C/baz", 0, 9000)],
+        vec![
+            write("foo", 0, 4096),
+            Op::Create("copy".into()),
+            clone("foo", 0, "copy", 0, 16384),
+        ],
+    ]
+}
+
+/// The reflink workloads: each body of `reflink_bodies` followed by nothing, fsync,
+/// fdatasync and sync of the file it changed last.
+pub fn reflink() -> Vec<Workload> {
+    let mut out = Vec::new();
+    for body in reflink_bodies() {
+        let last = body
+            .iter()
+            .rev()
+            .find(|step| !matches!(step, Op::Unlink(_) | Op::Fsync(_)))
+            .map_or("foo", Op::primary_path)
+            .to_string();
+        let ends = [
+            None,
+            Some(Op::Fsync(last.clone())),
+            Some(Op::Fdatasync(last)),
+            Some(Op::Sync),
+        ];
+        for end in ends {
+            let mut ops = body.clone();
+            ops.extend(end);
+            if try_apply(&setup_model(), &ops).is_some() {
+                out.push(workload(ops));
+            }
+        }
+    }
+    out
+}
+
 /// A small deterministic generator (splitmix64) for random workloads.
 #[derive(Debug, Clone)]
 pub struct Rng(pub u64);
@@ -636,6 +716,29 @@ fn random_write_behind_op(rng: &mut Rng, model: &Model) -> Op {
 pub fn random_write_behind(seed: u64, len: usize) -> Workload {
     let mut built = random_from(seed, len, random_write_behind_op);
     built.name = format!("random write-behind seed {seed} len {len}");
+    built
+}
+
+/// One random op for a reflink run: a third of the time a `copy_file_range` between two
+/// existing names (offsets at the same place in a block three times in four, so blocks are
+/// shared), otherwise one of `random_op`'s.
+fn random_reflink_op(rng: &mut Rng, model: &Model) -> Op {
+    if rng.below(3) != 0 {
+        return random_op(rng, model);
+    }
+    let (from, to) = (existing_path(rng, model), existing_path(rng, model));
+    let from_offset = rng.below(32 * 1024);
+    let to_offset = match rng.below(4) {
+        0 => rng.below(48 * 1024),
+        _ => rng.below(12) * 4096 + from_offset % 4096,
+    };
+    clone(&from, from_offset, &to, to_offset, 1 + rng.below(40 * 1024))
+}
+
+/// A random workload of `len` valid ops drawn from `seed`, a third of them clones.
+pub fn random_reflink(seed: u64, len: usize) -> Workload {
+    let mut built = random_from(seed, len, random_reflink_op);
+    built.name = format!("random reflink seed {seed} len {len}");
     built
 }
 

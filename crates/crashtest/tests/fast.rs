@@ -95,6 +95,26 @@ fn crash_xattr_index() {
     judge("xattr index", &tally);
 }
 
+// Explores the reflink workloads (copy_file_range sharing blocks, then each side changed,
+// unlinked, truncated or punched; sampled) and a random workload a third of whose ops are
+// clones, and injects faults into a clone followed by writes to both sides.
+#[test]
+fn crash_reflink() {
+    let mut workloads: Vec<_> = workload::reflink().into_iter().step_by(3).collect();
+    assert!(workloads.len() >= 20);
+    workloads.push(workload::random_reflink(1, 16));
+    let tally = suite::crash_run(&workloads, &fast_config()).unwrap();
+    assert!(tally.crash_states > 0);
+    judge("reflink", &tally);
+    let clone_then_writes = workload::reflink()
+        .into_iter()
+        .find(|w| w.name.contains("write(copy, 4096") && w.name.ends_with("sync"))
+        .unwrap();
+    let tally = suite::fault_run(&clone_then_writes, 16, 1).unwrap();
+    assert!(tally.faults_injected > 0);
+    judge("reflink faults", &tally);
+}
+
 // Injects write failures, a stopped device and a failed flush into a random workload.
 #[test]
 fn faults_sample() {
