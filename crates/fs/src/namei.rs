@@ -409,6 +409,13 @@ impl Filesystem {
                 core.flags |= INODE_FLAG_EXTSIZE_INHERIT;
             }
         }
+        core.cow_extent_size_hint = 0;
+        if parent_data.core.flags & cairn_format::inode::INODE_FLAG_COWEXTSIZE != 0 {
+            core.cow_extent_size_hint = parent_data.core.cow_extent_size_hint;
+            if is_dir {
+                core.flags |= cairn_format::inode::INODE_FLAG_COWEXTSIZE;
+            }
+        }
         let literal_end = data.raw.len();
         data.raw[cairn_format::inode::INODE_CORE_SIZE..literal_end].fill(0);
         match new.file_type {

@@ -284,3 +284,76 @@ fn a_small_write_into_a_clone_costs_a_block() {
     fs.unmount().unwrap();
     fsck_clean(&device);
 }
+
+// A CoW extent size hint inherited from the directory: a 4 KiB write into a clone copies a
+// whole aligned 16 KiB unit, and both files read right.
+#[test]
+fn cow_extent_size_hint_widens_the_copy() {
+    let device = make_device(64 * MIB);
+    let fs = mount(&device);
+    let dir = fs.mkdir(fs.root(), b"d", 0o755, &root()).unwrap().inode;
+    fs.set_cow_extent_size_hint(dir, 16384, true).unwrap();
+    let make = |name: &[u8]| {
+        fs.create(dir, name, FileKind::Regular, 0o644, 0, &root())
+            .unwrap()
+            .inode
+    };
+    let (source, copy) = (make(b"source"), make(b"copy"));
+    let data = pattern(7, 0, 65536);
+    fs.write(source, 0, &data).unwrap();
+    fs.copy_file_range(source, 0, copy, 0, 65536).unwrap();
+    let block = pattern(8, 0, 4096);
+    fs.write_direct(copy, 20480, &block, None).unwrap();
+    assert_eq!(fs.stats().reflink.cow_blocks, 4);
+    let mut want = data.clone();
+    want[20480..24576].copy_from_slice(&block);
+    same(&read_all(&fs, copy), &want);
+    same(&read_all(&fs, source), &data);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+// A full filesystem: writes into a clone that need a copy fail with NoSpace at the write
+// (cached writes too: their copy is reserved when they are accepted), the original and
+// everything written before stay, and fsck is clean.
+#[test]
+fn no_space_for_a_copy_reaches_the_writer() {
+    for options in [
+        cairn_fs::MountOptions::default(),
+        common::write_behind(4 * MIB),
+    ] {
+        let device = make_device(16 * MIB);
+        let fs = common::mount_with(&device, options);
+        let source = create(&fs, "source");
+        let data = pattern(9, 0, (8 * MIB) as usize);
+        fs.write(source, 0, &data).unwrap();
+        let copy = create(&fs, "copy");
+        fs.copy_file_range(source, 0, copy, 0, 8 * MIB).unwrap();
+        fs.sync().unwrap();
+        let mut want = data.clone();
+        let mut refused = false;
+        for index in 0..(8 * MIB / 65536) {
+            let chunk = pattern(10 + index, index * 65536, 65536);
+            match fs.write(copy, index * 65536, &chunk) {
+                Ok(_) => {
+                    let at = (index * 65536) as usize;
+                    want[at..at + 65536].copy_from_slice(&chunk);
+                }
+                Err(FsError::NoSpace) => {
+                    refused = true;
+                    break;
+                }
+                Err(other) => panic!("write: {other}"),
+            }
+        }
+        assert!(
+            refused,
+            "8 MiB of copies fit in a 16 MiB filesystem holding 8 MiB"
+        );
+        fs.fsync(copy, false).unwrap();
+        same(&read_all(&fs, source), &data);
+        same(&read_all(&fs, copy), &want);
+        fs.unmount().unwrap();
+        fsck_clean(&device);
+    }
+}
