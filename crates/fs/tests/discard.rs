@@ -96,6 +96,41 @@ fn unmount_discards_the_last_frees() {
     common::fsck_clean(&device);
 }
 
+// Shared blocks are never discarded: a trim after the original of a clone went leaves the
+// clone's blocks alone, and one after the clone went too discards them.
+#[test]
+fn trim_keeps_blocks_a_clone_still_maps() {
+    let device = common::make_device(64 << 20);
+    let fs = mount_with(&device, false);
+    let (inode, extents) = write_file(&fs, "f");
+    let who = cairn_fs::Credentials::root();
+    let copy = fs
+        .create(
+            fs.root(),
+            b"copy",
+            cairn_fs::FileKind::Regular,
+            0o644,
+            0,
+            &who,
+        )
+        .unwrap()
+        .inode;
+    fs.copy_file_range(inode, 0, copy, 0, FILE_BYTES as u64)
+        .unwrap();
+    remove_file(&fs, "f", inode);
+    fs.trim(0).unwrap();
+    assert!(
+        !all_zero(&device, &extents),
+        "a block the clone maps was discarded"
+    );
+    assert!(fs.read(copy, 0, 4096).unwrap().iter().all(|&b| b == 0xa5));
+    remove_file(&fs, "copy", copy);
+    fs.trim(0).unwrap();
+    assert!(all_zero(&device, &extents));
+    fs.unmount().unwrap();
+    common::fsck_clean(&device);
+}
+
 // A trim discards every free extent, freed-but-durable space included, and reports it.
 #[test]
 fn trim_discards_free_space() {

@@ -121,3 +121,37 @@ fn crash_during_grow_leaves_the_old_or_the_new_size() {
     }
     assert_eq!(sizes.len(), 2, "both outcomes reached: {sizes:?}");
 }
+
+// Grow with shared blocks (reflink): the clone and the file still share after the grow,
+// the new AGs start without refcount trees, a clone into the new space works, fsck is clean.
+#[test]
+fn grow_keeps_shared_blocks() {
+    let len = 3 << 20;
+    let device = small_fs_on_big_device(96 << 20, 21 << 20, len);
+    let fs = mount(&device);
+    let who = Credentials::root();
+    let f = fs.lookup(fs.root(), b"f").unwrap().inode;
+    let copy = fs
+        .create(fs.root(), b"copy", FileKind::Regular, 0o644, 0, &who)
+        .unwrap()
+        .inode;
+    fs.copy_file_range(f, 0, copy, 0, len as u64).unwrap();
+    fs.grow(u64::MAX).unwrap();
+    common::fsck_clean(&device);
+    let fs = mount(&device);
+    let big = fs
+        .create(fs.root(), b"big", FileKind::Regular, 0o644, 0, &who)
+        .unwrap()
+        .inode;
+    for (index, chunk) in pattern(40 << 20).chunks(1 << 20).enumerate() {
+        fs.write(big, (index as u64) << 20, chunk).unwrap();
+    }
+    let second = fs
+        .create(fs.root(), b"second", FileKind::Regular, 0o644, 0, &who)
+        .unwrap()
+        .inode;
+    fs.copy_file_range(big, 0, second, 0, 40 << 20).unwrap();
+    assert_eq!(fs.read(copy, 0, 4096).unwrap(), pattern(4096));
+    fs.unmount().unwrap();
+    common::fsck_clean(&device);
+}
