@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::repair::{Mode, Outcome, RepairOptions, repair_path};
-use crate::{FsckError, Progress, Report, check_path};
+use crate::{Progress, Report, check_path};
 
 /// fsck(8) exit codes.
 pub const EXIT_CLEAN: u8 = 0;
@@ -83,7 +83,7 @@ pub fn run(args: &Args) -> u8 {
         progress.finish();
         return match repaired {
             Ok(outcome) => print_outcome(args, &outcome),
-            Err(FsckError::Device(err)) => {
+            Err(err) => {
                 eprintln!(
                     "fsck.cairn: {}: {err}; nothing was changed",
                     args.device.display()
@@ -103,7 +103,7 @@ pub fn run(args: &Args) -> u8 {
                 EXIT_UNCORRECTED
             }
         }
-        Err(FsckError::Device(err)) => {
+        Err(err) => {
             eprintln!("fsck.cairn: {}: {err}", args.device.display());
             EXIT_OPERATIONAL
         }

@@ -87,8 +87,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 
 /// Answers `command` about the filesystem on `device`.
 pub fn run(device: &dyn BlockDevice, command: &DbCommand) -> Result<String, DbError> {
-    let superblock =
-        crate::probe::read_primary(device).map_err(|crate::FsckError::Device(err)| err)??;
+    let superblock = crate::probe::read_primary(device)??;
     let mut checker = Checker::new(device, superblock.clone());
     match command {
         DbCommand::Sb => Ok(format!("{superblock:#?}\n")),

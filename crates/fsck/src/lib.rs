@@ -57,6 +57,12 @@ pub use report::{Problem, Report};
 pub enum FsckError {
     #[error(transparent)]
     Device(#[from] DeviceError),
+    /// The superblock names incompatible features this build does not know.
+    #[error(
+        "the filesystem uses features this fsck.cairn does not know (incompatible feature \
+         bits {incompat:#x}); check it with a newer fsck.cairn"
+    )]
+    UnsupportedFeatures { incompat: u64 },
 }
 
 /// Checks the filesystem on `path`, showing `progress`. Problems are in the report; `Err`

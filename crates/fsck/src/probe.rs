@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use cairn_blockdev::{AlignedBuf, BlockDevice, FileDevice, OpenOptions};
+use cairn_blockdev::{AlignedBuf, BlockDevice, DeviceError, FileDevice, OpenOptions};
 use cairn_format::limits::BLOCK_SIZE_MAX;
 use cairn_format::{FormatError, Superblock};
 
@@ -37,6 +37,11 @@ fn open_with(path: &Path, buffered: bool, read_only: bool) -> Result<Opened, Fsc
     };
     let device = FileDevice::open(path, &options)?;
     let primary = read_primary(&device)?;
+    // A filesystem with features this build does not know is neither checked nor repaired:
+    // what looks wrong to this fsck may be the feature's own structures.
+    if let Err(FormatError::UnsupportedFeatures { features, .. }) = primary {
+        return Err(FsckError::UnsupportedFeatures { incompat: features });
+    }
     if let Ok(sb) = &primary
         && sb.geometry.block_size < device.logical_sector_size()
     {
@@ -54,7 +59,7 @@ fn open_with(path: &Path, buffered: bool, read_only: bool) -> Result<Opened, Fsc
 /// Reads the first blocks of the device and decodes the primary superblock from them.
 pub fn read_primary(
     device: &dyn BlockDevice,
-) -> Result<Result<Superblock, FormatError>, FsckError> {
+) -> Result<Result<Superblock, FormatError>, DeviceError> {
     let sector = u64::from(device.logical_sector_size());
     let len = u64::from(BLOCK_SIZE_MAX).min(device.size_bytes()) / sector * sector;
     let mut head = AlignedBuf::zeroed(len as usize);

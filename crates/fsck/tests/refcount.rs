@@ -202,3 +202,30 @@ fn cairn_db_shows_shared_extents() {
     assert!(one.contains("shared by 3"), "{one}");
     assert_eq!(db(&["refcount", "999"]).status.code(), Some(8));
 }
+
+// A superblock naming an incompatible feature this build does not know: fsck neither checks
+// nor repairs (exit 8, the bits named, the image unchanged), and mount refuses it.
+#[test]
+fn unknown_features_are_refused() {
+    let image = populated();
+    edit_block(&image, 0, |raw| {
+        let features = cairn_format::ondisk::get_u64(raw, 112);
+        cairn_format::ondisk::put_u64(raw, 112, features | 1 << 5);
+    });
+    let before = std::fs::read(&image.path).unwrap();
+    for mode in ["-n", "-y"] {
+        let out = fsck(&[mode, image.path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(8), "{mode}: {}", text(&out));
+        assert!(text(&out).contains("bits 0x20"), "{}", text(&out));
+    }
+    assert!(
+        std::fs::read(&image.path).unwrap() == before,
+        "the image changed"
+    );
+    let device = Arc::new(MemDevice::from_image(before, SECTOR).unwrap());
+    let mounted = Filesystem::mount(device, MountOptions::default());
+    assert!(matches!(
+        mounted,
+        Err(cairn_fs::FsError::UnsupportedFeatures { incompat: 0x20 })
+    ));
+}

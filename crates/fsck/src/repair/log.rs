@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use cairn_blockdev::{AlignedBuf, BlockDevice};
+use cairn_blockdev::{AlignedBuf, BlockDevice, DeviceError};
 use cairn_bufcache::{BufferCache, CacheConfig};
 use cairn_format::header::block_crc;
 use cairn_format::log::{LOG_FLAG_UNMOUNT, LogRecordHeader, encode_log_record};
@@ -154,12 +154,10 @@ fn replay_journal_only(
     let (journal, report) = Journal::open(cache, Arc::clone(&device), sb, config)?;
     journal.unmount()?;
     if Journal::needs_recovery(device.as_ref(), sb)? {
-        discard_log(device.as_ref(), sb).map_err(|FsckError::Device(source)| {
-            JournalError::Device {
-                what: "recovery write",
-                offset: 0,
-                source,
-            }
+        discard_log(device.as_ref(), sb).map_err(|source| JournalError::Device {
+            what: "recovery write",
+            offset: 0,
+            source,
         })?;
     }
     Ok(report)
@@ -177,7 +175,7 @@ fn is_log_fault(err: &JournalError) -> bool {
 
 /// Replaces the log with a clean one (a single unmount record) whose LSN is above every LSN
 /// found in a metadata block or inode of the device; returns that LSN.
-pub(crate) fn discard_log(device: &dyn BlockDevice, sb: &Superblock) -> Result<Lsn, FsckError> {
+pub(crate) fn discard_log(device: &dyn BlockDevice, sb: &Superblock) -> Result<Lsn, DeviceError> {
     let g = sb.geometry;
     let newest = newest_metadata_lsn(device, &g, sb.uuid())?;
     // A new cycle at log block 0: above every LSN of an earlier cycle.
@@ -213,7 +211,7 @@ pub(crate) fn newest_metadata_lsn(
     device: &dyn BlockDevice,
     g: &Geometry,
     uuid: [u8; 16],
-) -> Result<Lsn, FsckError> {
+) -> Result<Lsn, DeviceError> {
     let block_size = u64::from(g.block_size);
     let total = g.block_count * block_size;
     let chunk = SCAN_BYTES.next_multiple_of(block_size);
