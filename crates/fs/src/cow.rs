@@ -24,7 +24,7 @@ use cairn_format::inode::INODE_FLAG_REFLINK;
 use cairn_format::limits::EXTENT_LEN_MAX;
 use cairn_format::log::RefcountUpdate;
 use cairn_format::{Extent, FsBlock};
-use cairn_journal::{RefcountOp, Reservation};
+use cairn_journal::{IntentId, RefcountOp, Reservation};
 
 use crate::bmap::{FileMap, free_tree_levels, target};
 use crate::fs::Filesystem;
@@ -156,10 +156,15 @@ impl Filesystem {
             piece.file_block,
             piece.file_block + u64::from(length),
         );
-        if let Err(error) = self.remap(inode, meta, done, start) {
-            self.free_staging((start, length));
-            return Err(error);
-        }
+        let (intent, updates) = match self.remap(inode, meta, done, start) {
+            Ok(remapped) => remapped,
+            Err(error) => {
+                self.free_staging((start, length));
+                return Err(error);
+            }
+        };
+        // The file maps the copy now: a failure from here on leaves the intent to mount.
+        finish_refcount_intent(self, intent, &updates)?;
         self.reflink
             .cow_blocks
             .fetch_add(u64::from(length), Ordering::Relaxed);
@@ -229,14 +234,16 @@ impl Filesystem {
 
     /// Maps the copy at `start` in place of `piece`'s file blocks (in `piece`'s written
     /// state), with an intent that unstages the copy and drops the count of the blocks it
-    /// replaces (if any: the place may have been a hole); then applies it.
+    /// replaces (if any: the place may have been a hole), and returns the intent for the
+    /// caller to finish. An error means the file does not map the copy: its blocks are
+    /// still only staging, for the caller to give back.
     fn remap(
         &self,
         inode: u64,
         meta: &mut InodeData,
         piece: Extent,
         start: FsBlock,
-    ) -> Result<(), FsError> {
+    ) -> Result<(IntentId, Vec<RefcountUpdate>), FsError> {
         let mut tx = self.begin(self.cow_reservation())?;
         let range = (piece.file_block, piece.file_end());
         let mut map = FileMap::load_around(self, &mut tx, inode, meta, &[range])?;
@@ -261,7 +268,7 @@ impl Filesystem {
         meta.core.block_count = count.saturating_sub(dropped);
         Self::log_inode(&mut tx, inode, meta);
         self.commit(tx, &mut [meta])?;
-        finish_refcount_intent(self, intent, &updates)
+        Ok((intent, updates))
     }
 
     /// Maps a new block holding `content` (one block) at file block `block` of inode
@@ -290,11 +297,14 @@ impl Filesystem {
             self.free_staging((start, 1));
             return Err(error.into());
         }
-        if let Err(error) = self.remap(inode, meta, place, start) {
-            self.free_staging((start, 1));
-            return Err(error);
-        }
-        Ok(())
+        let (intent, updates) = match self.remap(inode, meta, place, start) {
+            Ok(remapped) => remapped,
+            Err(error) => {
+                self.free_staging((start, 1));
+                return Err(error);
+            }
+        };
+        finish_refcount_intent(self, intent, &updates)
     }
 
     /// Gives back the staging blocks of a copy that failed (best effort: what a failure
