@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-//! Concurrency: threads mixing every namespace and data operation with the forgets the kernel
+//! Concurrency: threads mixing every namespace and data operation (copy_file_range, which
+//! shares blocks, included) with the forgets the kernel
 //! sends at any time, under the lock-order checker (debug builds: a violation panics) and
 //! parking_lot's cycle detector, with a watchdog that fails the run when no operation
 //! finishes for 30 s or a lock cycle appears. Afterwards every reference is dropped, the
@@ -138,10 +139,10 @@ fn env_or(name: &str, default: u64) -> u64 {
 }
 
 /// Operations that succeeded, by kind (printed, so a run shows what it exercised).
-static SUCCEEDED: [AtomicU64; 14] = [const { AtomicU64::new(0) }; 14];
-const KINDS: [&str; 14] = [
+static SUCCEEDED: [AtomicU64; KINDS.len()] = [const { AtomicU64::new(0) }; KINDS.len()];
+const KINDS: [&str; 15] = [
     "create", "lookup", "mkdir", "unlink", "rmdir", "rename", "link", "write", "truncate",
-    "setxattr", "fsync", "open", "read", "readdir",
+    "setxattr", "fsync", "open", "read", "readdir", "clone",
 ];
 
 thread_local! {
@@ -253,7 +254,7 @@ impl Worker {
     fn step(&mut self) {
         let fs = Arc::clone(&self.fs);
         let who = self.who.clone();
-        match self.rng.below(18) {
+        match self.rng.below(19) {
             0 | 1 => {
                 let (dir, name) = (self.dir(), self.name());
                 let made = fs.create(dir, &name, FileKind::Regular, 0o644, 0, &who);
@@ -312,6 +313,7 @@ impl Worker {
                 let dir = self.dir();
                 expected(fs.readdir(dir, 0, 1000).map(|_| ()), "readdir");
             }
+            16 => self.clone_range(),
             _ => self.forget_some(),
         }
     }
@@ -326,6 +328,26 @@ impl Worker {
         };
         let result = self.fs.rename(from, &name, to, &new_name, mode, &self.who);
         expected(result, "rename");
+    }
+
+    /// copy_file_range between two files this thread holds (maybe one file: ranges that
+    /// overlap are refused), block-aligned offsets mostly (shared blocks, copy-on-write by
+    /// every later write), sometimes not (a byte copy); both files' I/O locks at once.
+    fn clone_range(&mut self) {
+        let (Some(from), Some(to)) = (self.file(), self.file()) else {
+            return;
+        };
+        let misalign = match self.rng.below(4) {
+            0 => self.rng.below(4096),
+            _ => 0,
+        };
+        let src_offset = self.rng.below(48) * 4096 + misalign;
+        let dst_offset = self.rng.below(48) * 4096 + misalign;
+        let len = 1 + self.rng.below(100_000);
+        let copied = self
+            .fs
+            .copy_file_range(from, src_offset, to, dst_offset, len);
+        expected(copied.map(|_| ()), "clone");
     }
 
     fn write(&mut self) {
