@@ -36,6 +36,33 @@ use crate::{FsError, iobuf};
 /// Most bytes one copy of old data moves at a time.
 const COPY_BYTES_MAX: u64 = 1 << 20;
 
+/// The bytes a write is about to put at byte `offset` of a file: a copy-on-write fills the
+/// copies of the blocks they cover whole with them rather than with the old bytes (which
+/// the write would overwrite at once), as XFS writes such blocks straight into the staging
+/// extent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Overwrite<'a> {
+    pub offset: u64,
+    pub data: &'a [u8],
+}
+
+impl Overwrite<'_> {
+    /// The file blocks the bytes cover whole.
+    fn whole_blocks(&self, block_size: u64) -> (u64, u64) {
+        let end = self.offset + self.data.len() as u64;
+        let first = self.offset.div_ceil(block_size);
+        (first, (end / block_size).max(first))
+    }
+}
+
+/// A copy-on-write that stopped on `error`: every shared block of the range before file
+/// block `at` has its copy (0: nothing is known to be done).
+#[derive(Debug)]
+pub(crate) struct Stopped {
+    pub error: FsError,
+    pub at: u64,
+}
+
 impl Filesystem {
     /// Gives inode `inode` blocks of its own for every block of file blocks `first..last`
     /// that other files share (see the module documentation). Nothing to do for a file
@@ -45,25 +72,51 @@ impl Filesystem {
         &self,
         inode: u64,
         meta: &mut InodeData,
-        (first, last): (u64, u64),
+        range: (u64, u64),
     ) -> Result<(), FsError> {
+        self.unshare_for(inode, meta, range, None)
+            .map(|_| ())
+            .map_err(|stopped| stopped.error)
+    }
+
+    /// `unshare` before a write of `new`: the copies of blocks the write covers whole are
+    /// filled with its bytes. Returns how many blocks got their final bytes that way (the
+    /// write need not write those again). Pieces are copied in file order, so a failure
+    /// (`Stopped`) leaves the file with the write's bytes, if any, only before the block it
+    /// names: the write can end there (a short write).
+    pub(crate) fn unshare_for(
+        &self,
+        inode: u64,
+        meta: &mut InodeData,
+        (first, last): (u64, u64),
+        new: Option<Overwrite<'_>>,
+    ) -> Result<u64, Stopped> {
         if meta.core.flags & INODE_FLAG_REFLINK == 0 || first >= last {
-            return Ok(());
+            return Ok(0);
         }
-        let pieces = self.shared_pieces(inode, meta, (first, last))?;
+        let pieces = self
+            .shared_pieces(inode, meta, (first, last))
+            .map_err(|error| Stopped { error, at: 0 })?;
         if pieces.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         self.reflink.cow_writes.fetch_add(1, Ordering::Relaxed);
+        let mut filled = 0;
         for piece in pieces {
             let mut left = piece;
             while left.length > 0 {
-                let done = self.copy_on_write(inode, meta, left)?;
+                let (done, new_blocks) =
+                    self.copy_on_write(inode, meta, left, new)
+                        .map_err(|error| Stopped {
+                            error,
+                            at: left.file_block,
+                        })?;
+                filled += new_blocks;
                 left =
                     crate::bmap::piece(&left, left.file_block + u64::from(done), left.file_end());
             }
         }
-        Ok(())
+        Ok(filled)
     }
 
     /// Sets inode `inode`'s copy-on-write extent size hint (bytes, rounded up to blocks; 0
@@ -135,22 +188,24 @@ impl Filesystem {
     }
 
     /// Copies `piece` (mapped blocks of inode `inode`) into new blocks and maps them in its
-    /// place; returns how many of its blocks it did (the allocator may give fewer).
+    /// place; returns how many of its blocks it did (the allocator may give fewer) and how
+    /// many of those it filled with `new`'s bytes.
     fn copy_on_write(
         &self,
         inode: u64,
         meta: &mut InodeData,
         piece: Extent,
-    ) -> Result<u32, FsError> {
+        new: Option<Overwrite<'_>>,
+    ) -> Result<(u32, u64), FsError> {
         let (start, length) = self.allocate_staging(inode, meta, piece)?;
-        let copied = match piece.unwritten {
-            true => Ok(()),
-            false => self.copy_blocks(piece.fs_block, start, length),
+        let filled = self.fill_copy(piece, (start, length), new);
+        let filled = match filled {
+            Ok(filled) => filled,
+            Err(error) => {
+                self.free_staging((start, length));
+                return Err(error);
+            }
         };
-        if let Err(error) = copied {
-            self.free_staging((start, length));
-            return Err(error);
-        }
         let done = crate::bmap::piece(
             &piece,
             piece.file_block,
@@ -168,7 +223,57 @@ impl Filesystem {
         self.reflink
             .cow_blocks
             .fetch_add(u64::from(length), Ordering::Relaxed);
-        Ok(length)
+        Ok((length, filled))
+    }
+
+    /// Fills the `length` new blocks at `start` for the first blocks of `piece`: `new`'s
+    /// bytes where it covers blocks whole, the old blocks' bytes elsewhere (nothing for
+    /// unwritten ones, which read as zeros). Returns how many blocks got `new`'s bytes.
+    fn fill_copy(
+        &self,
+        piece: Extent,
+        (start, length): (FsBlock, u32),
+        new: Option<Overwrite<'_>>,
+    ) -> Result<u64, FsError> {
+        let block_size = u64::from(self.geometry.block_size);
+        let (first, end) = (piece.file_block, piece.file_block + u64::from(length));
+        let (cover_first, cover_end) = match new {
+            Some(new) => {
+                let (from, to) = new.whole_blocks(block_size);
+                (from.clamp(first, end), to.clamp(first, end))
+            }
+            None => (end, end),
+        };
+        let cover_end = cover_end.max(cover_first);
+        // Old bytes before and after the covered blocks.
+        for (from, to) in [(first, cover_first), (cover_end, end)] {
+            if to > from && !piece.unwritten {
+                let old = FsBlock(piece.fs_block.0 + (from - first));
+                let copy = FsBlock(start.0 + (from - first));
+                self.copy_blocks(old, copy, (to - from) as u32)?;
+            }
+        }
+        if let Some(new) = new.filter(|_| cover_end > cover_first) {
+            let at = (cover_first * block_size - new.offset) as usize;
+            let len = ((cover_end - cover_first) * block_size) as usize;
+            let copy = FsBlock(start.0 + (cover_first - first));
+            self.write_new(copy, &new.data[at..at + len])?;
+        }
+        Ok(cover_end - cover_first)
+    }
+
+    /// Writes `bytes` (whole blocks) to the device from block `to` on.
+    fn write_new(&self, to: FsBlock, bytes: &[u8]) -> Result<(), FsError> {
+        let block_size = u64::from(self.geometry.block_size);
+        for (index, chunk) in bytes.chunks(COPY_BYTES_MAX as usize).enumerate() {
+            let mut buf = iobuf::take(chunk.len());
+            buf.copy_from_slice(chunk);
+            let at = to.0 * block_size + index as u64 * COPY_BYTES_MAX;
+            let written = self.device.write_at(at, &buf);
+            iobuf::give_back(buf);
+            written?;
+        }
+        Ok(())
     }
 
     /// Allocates up to `piece.length` blocks near the file's data for its copy, recorded as

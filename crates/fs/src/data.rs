@@ -16,6 +16,7 @@ use cairn_format::inode::ForkFormat;
 use cairn_journal::Reservation;
 
 use crate::bmap::{self, FileMap, Mapping, Placement};
+use crate::cow::{Overwrite, Stopped};
 use crate::fs::Filesystem;
 use crate::inode::{Inode, InodeData, now};
 use crate::iobuf::{self, ReadData};
@@ -189,27 +190,62 @@ impl Filesystem {
             true => self.allocate_planned(inode, &handle, &plan, last)?,
             false => self.note_preallocation(inode, &plan, 0),
         }
-        self.unshare_for_write(inode, &handle, (first, last))?;
-        let generation = handle.data.lock().core.generation;
-        let extents = self.data_cache.inode(inode, generation);
-        self.write_blocks(&handle, &extents, offset, data)?;
+        let new = Overwrite { offset, data };
+        let (filled, end) = match self.unshare_for_write(inode, &handle, (first, last), Some(new)) {
+            Ok(filled) => (filled, end),
+            // Shared blocks from `at` on have no copy: the write ends before them (its
+            // bytes may be in copies before), or fails if that leaves nothing.
+            Err(Stopped { error, at }) => match (at * block_size).min(end) {
+                short if short > offset => (0, short),
+                _ => return Err(error),
+            },
+        };
+        let (data, last) = (&data[..(end - offset) as usize], end.div_ceil(block_size));
+        // A write of whole blocks that were all shared is on the device already, in the
+        // blocks of its copy-on-write.
+        let aligned = offset.is_multiple_of(block_size) && end.is_multiple_of(block_size);
+        if !(aligned && filled == last - first) {
+            let generation = handle.data.lock().core.generation;
+            let extents = self.data_cache.inode(inode, generation);
+            self.write_blocks(&handle, &extents, offset, data)?;
+        }
         self.commit_written(&handle, (first, last), end, clear_set_id_for)?;
         Self::count(&self.counters.write_bytes, data.len() as u64);
         Ok(data.len() as u32)
     }
 
-    /// Copies the shared blocks of file blocks `first..last` before a write lands on them
-    /// (`unshare`); a full filesystem first gives back other files' speculative blocks.
+    /// Copies the shared blocks of file blocks `first..last` before a write (of `new`, if
+    /// given) lands on them (`unshare_for`); a full filesystem first gives back other files'
+    /// speculative blocks. Returns how many blocks got the write's bytes (fewer when the
+    /// copy was retried: the write then writes them again).
     pub(crate) fn unshare_for_write(
         &self,
         inode: u64,
         handle: &Inode,
         range: (u64, u64),
-    ) -> Result<(), FsError> {
-        let copied = self.unshare(inode, &mut handle.data.lock(), range);
+        new: Option<Overwrite<'_>>,
+    ) -> Result<u64, Stopped> {
+        let copied = self.unshare_for(inode, &mut handle.data.lock(), range, new);
         match copied {
-            Err(FsError::NoSpace) if self.reclaim_speculative(inode)? > 0 => {
-                self.unshare(inode, &mut handle.data.lock(), range)
+            Err(Stopped {
+                error: FsError::NoSpace,
+                at,
+            }) => {
+                let reclaimed = self
+                    .reclaim_speculative(inode)
+                    .map_err(|error| Stopped { error, at })?;
+                match reclaimed > 0 {
+                    true => self
+                        .unshare_for(inode, &mut handle.data.lock(), range, new)
+                        .map_err(|stopped| Stopped {
+                            at: stopped.at.max(at),
+                            ..stopped
+                        }),
+                    false => Err(Stopped {
+                        error: FsError::NoSpace,
+                        at,
+                    }),
+                }
             }
             other => other,
         }

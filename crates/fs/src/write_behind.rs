@@ -628,7 +628,8 @@ impl Filesystem {
             let _scope = ReservedScope::enter();
             for &(first, last) in runs {
                 self.allocate_run(handle, first, last)?;
-                self.unshare_for_write(handle.number, handle, (first, last))?;
+                self.unshare_for_write(handle.number, handle, (first, last), None)
+                    .map_err(|stopped| stopped.error)?;
             }
         }
         let block_size = u64::from(self.geometry.block_size);

@@ -332,17 +332,20 @@ fn no_space_for_a_copy_reaches_the_writer() {
         fs.sync().unwrap();
         let mut want = data.clone();
         let mut refused = false;
-        for index in 0..(8 * MIB / 65536) {
-            let chunk = pattern(10 + index, index * 65536, 65536);
-            match fs.write(copy, index * 65536, &chunk) {
-                Ok(_) => {
-                    let at = (index * 65536) as usize;
-                    want[at..at + 65536].copy_from_slice(&chunk);
+        // 64 KiB writes, then 1 MiB ones (written through, copied straight from the write's
+        // bytes); a write that runs out of space part way returns what it wrote (a short
+        // count), and the next one starts there.
+        let mut at = 0;
+        while at < 8 * MIB && !refused {
+            let len = if at < 4 * MIB { 65536 } else { MIB };
+            let chunk = pattern(10 + at, at, len as usize);
+            match fs.write(copy, at, &chunk) {
+                Ok(wrote) => {
+                    let wrote = wrote as usize;
+                    want[at as usize..at as usize + wrote].copy_from_slice(&chunk[..wrote]);
+                    at += wrote as u64;
                 }
-                Err(FsError::NoSpace) => {
-                    refused = true;
-                    break;
-                }
+                Err(FsError::NoSpace) => refused = true,
                 Err(other) => panic!("write: {other}"),
             }
         }

@@ -41,6 +41,9 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(s, d, sb, db, skew, len)| Op::Clone(s, d, sb, db, skew, len)),
         5 => (slot(), 0u64..SIZE_MAX, 1u64..6 * BLOCK, any::<u8>())
             .prop_map(|(s, off, len, seed)| Op::Write(s, off, len, seed)),
+        // Whole blocks: a copy-on-write takes the write's bytes and the write is done.
+        2 => (slot(), 0u64..SIZE_MAX / BLOCK, 1u64..6, any::<u8>())
+            .prop_map(|(s, block, n, seed)| Op::Write(s, block * BLOCK, n * BLOCK, seed)),
         2 => (slot(), 0u64..SIZE_MAX, 1u64..8 * BLOCK).prop_map(|(s, o, l)| Op::Punch(s, o, l)),
         2 => (slot(), 0u64..SIZE_MAX).prop_map(|(s, size)| Op::Truncate(s, size)),
         1 => slot().prop_map(Op::Unlink),
