@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Shared extents through the kernel: plain `cp` (coreutils tries `copy_file_range`) shares
 //! the file's blocks, so it takes no space; a small write into the copy takes a block and
-//! leaves the original alone; removing the original frees nothing the copy uses, removing
+//! leaves the original alone, and so do writes through mmap, O_DIRECT and a punch; removing the original frees nothing the copy uses, removing
 //! both frees everything; the bytes hold across a remount and fsck is clean. FICLONE never
 //! reaches a FUSE daemon, so `cp --reflink=always` fails (as on every FUSE filesystem).
 
@@ -54,6 +54,23 @@ fn cp_shares_blocks_and_copy_on_write_keeps_the_original() {
         after_write - after_cp
     );
     assert_eq!(checksum(&format!("{mnt}/src")), original);
+    // Through mmap, O_DIRECT and a punch too: each changes the copy only.
+    let mut want = std::fs::read(format!("{mnt}/src")).unwrap();
+    want[40960..45056].fill(0);
+    sh(&format!(
+        "python3 -c \"import mmap, os; fd = os.open('{mnt}/copy', os.O_RDWR); \
+         m = mmap.mmap(fd, 0); m[200000:200010] = b'x' * 10; m.flush(); m.close(); \
+         os.close(fd)\" && \
+         dd if=/dev/zero of='{mnt}/copy' bs=4096 count=2 seek=100 oflag=direct \
+         conv=notrunc status=none && \
+         fallocate -p -o {MIB} -l 65536 '{mnt}/copy'"
+    ));
+    want[200000..200010].fill(b'x');
+    want[409600..417792].fill(0);
+    want[MIB as usize..MIB as usize + 65536].fill(0);
+    assert_eq!(checksum(&format!("{mnt}/src")), original);
+    let copy = std::fs::read(format!("{mnt}/copy")).unwrap();
+    assert!(copy == want, "the copy's bytes differ from the writes made");
     let changed = checksum(&format!("{mnt}/copy"));
     assert_ne!(changed, original);
     let stats = sh(&format!("{} stats '{mnt}'", common::cairn_bin().display()));
