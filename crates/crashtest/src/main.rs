@@ -126,8 +126,9 @@ fn run(bounds: Bounds) -> Result<Tally, CrashError> {
 }
 
 /// The crash runs again on mounts with write-behind: the write-behind workloads, the replace
-/// patterns and random ones with a small cap (writers over it write back mid-workload) and a large one (data
-/// stays in memory until an op writes it back), the one- and two-op workloads with the
+/// patterns and random ones with a small cap (writers over it write back mid-workload) and
+/// a large one (data stays in memory until an op writes it back), the one- and two-op
+/// workloads with the
 /// large cap, the write-behind workloads with every transaction durable at its commit (so
 /// crash points fall inside a writeback), then the out-of-space rounds with write-behind.
 fn write_behind_pass(stride: usize, config: &ExploreConfig) -> Result<Tally, CrashError> {
