@@ -63,7 +63,8 @@ pub struct Findings {
     pub(crate) unknown_chunks: bool,
     /// Problems the namespace phase found (none: repair leaves the namespace alone).
     pub(crate) namespace_problems: usize,
-    /// Inodes whose only fault is nonzero spare bytes: repair clears them.
+    /// Inodes whose only faults are reserved fields (spare bytes, flags or a hint the
+    /// inode may not carry): repair clears them.
     pub(crate) restamp_inodes: Vec<u64>,
     /// Block directories whose hash index disagrees with their entries or cannot be
     /// walked: repair rebuilds it.

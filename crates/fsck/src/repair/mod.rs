@@ -8,11 +8,12 @@
 //!    `-y`, a log that cannot be read or replayed is discarded: replaced by a clean log whose
 //!    LSN is above every metadata LSN (a replay failing for a reason outside the log keeps
 //!    the log unless `-L`);
-//! 1. inodes (`inodes.rs`): LSNs past the log set back, spare bytes cleared, inodes whose core
-//!    cannot be saved cleared; extents past the device, across an AG or over metadata are
-//!    dropped, extents over another file's data get a copy; damaged attr forks keep the
-//!    attributes that verify and get their index stored anew (`attrs.rs`); a damaged extent
-//!    map is stored anew from the extents that verify (`fork_map.rs`);
+//! 1. inodes (`inodes.rs`): LSNs past the log set back, spare bytes and flags or extent size
+//!    hints the inode may not carry cleared, inodes whose core cannot be saved cleared;
+//!    extents past the device, across an AG or over metadata are dropped, extents over
+//!    another file's data get a copy; damaged attr forks keep the attributes that verify and
+//!    get their index stored anew (`attrs.rs`); a damaged extent map is stored anew from
+//!    the extents that verify (`fork_map.rs`);
 //! 2. the namespace (`names.rs`, only when the survey found namespace problems): entries
 //!    naming free inodes, of the wrong type or giving a directory a second parent are
 //!    removed, damaged directory blocks salvaged or emptied (block 0 keeps its markers), `..`

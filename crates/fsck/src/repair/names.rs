@@ -490,6 +490,7 @@ impl Repairer<'_> {
             attr_extent_count: 0,
             attr_offset: 0,
             rdev: 0,
+            project_id: 0,
         };
         let mut literal = vec![0u8; self.geometry.inode_size as usize - INODE_CORE_SIZE];
         literal[..bytes.len()].copy_from_slice(&bytes);
