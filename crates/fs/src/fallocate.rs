@@ -50,6 +50,7 @@ impl Filesystem {
         let handle = self.live_inode(inode)?;
         let mut pages = handle.io.write();
         check_data_file(&handle.data.lock())?;
+        crate::flags::check_fallocate(&handle.data.lock(), mode)?;
         // Cached data goes to the device first: every mode reads or changes the mapping.
         if !pages.is_empty() {
             self.write_back(&handle, &mut pages)?;

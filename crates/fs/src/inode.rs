@@ -54,6 +54,9 @@ pub(crate) struct InodeData {
     /// Blocks cached writes will allocate (`write_behind`), counted in `st_blocks` as XFS
     /// counts its delayed allocations.
     pub delayed_blocks: u64,
+    /// Open handles for writing opened while the file was not append-only: only these
+    /// may leave data in the kernel's cache that is not an append (see `flags.rs`).
+    pub unguarded_writers: u64,
 }
 
 /// An inode's POSIX ACLs (`system.posix_acl_access`, and for directories
@@ -156,6 +159,7 @@ impl InodeData {
             ctime: system_time(self.core.ctime),
             btime: system_time(self.core.btime),
             block_size,
+            flags: crate::flags::inode_flags(self.core.flags),
         }
     }
 }
@@ -488,6 +492,7 @@ pub(crate) fn read_inode(
             opens: 0,
             acls: OnceCell::new(),
             delayed_blocks: 0,
+            unguarded_writers: 0,
         },
     ))
 }

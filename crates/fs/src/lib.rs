@@ -32,6 +32,7 @@ mod discard;
 mod error;
 mod extents;
 mod fallocate;
+mod flags;
 mod fs;
 mod glue;
 mod grow;
@@ -66,7 +67,8 @@ pub use prealloc::BackgroundScan;
 pub use seek::FileExtent;
 pub use types::{
     AtimeMode, Attr, COMMIT_INTERVAL_MS_DEFAULT, Credentials, DataStats, DirEntry, FallocateMode,
-    FileKind, FsOpStats, FsStats, LogMode, MountOptions, OpenFile, RenameMode, SeekKind, SetAttr,
-    StatFs, TimeOrNow, XattrFlags,
+    FileAttributes, FileAttributesReport, FileKind, FsOpStats, FsStats, InodeFlags, LogMode,
+    MountOptions, OpenFile, OpenMode, RenameMode, SeekKind, SetAttr, StatFs, TimeOrNow,
+    WriteOrigin, XattrFlags,
 };
 pub use write_behind::WriteBehindStats;

@@ -9,9 +9,7 @@ use std::sync::Arc;
 use cairn_bufcache::BufKey;
 use cairn_format::acl::Acl;
 use cairn_format::dir::check_name;
-use cairn_format::inode::{
-    FileType, ForkFormat, INODE_FLAG_EXTSIZE_INHERIT, InodeCore, MODE_PERMISSION_MASK,
-};
+use cairn_format::inode::{FileType, ForkFormat, InodeCore, MODE_PERMISSION_MASK};
 use cairn_format::limits::NAME_LEN_MAX;
 use cairn_format::types::NULL_AG_INODE;
 use cairn_format::{Expected, MetaKind};
@@ -402,13 +400,7 @@ impl Filesystem {
         core.attr_format = None;
         core.attr_offset = 0;
         core.attr_extent_count = 0;
-        core.extent_size_hint = 0;
-        if parent_data.core.flags & INODE_FLAG_EXTSIZE_INHERIT != 0 {
-            core.extent_size_hint = parent_data.core.extent_size_hint;
-            if is_dir {
-                core.flags |= INODE_FLAG_EXTSIZE_INHERIT;
-            }
-        }
+        crate::flags::inherit(&parent_data.core, core, new.file_type);
         let literal_end = data.raw.len();
         data.raw[cairn_format::inode::INODE_CORE_SIZE..literal_end].fill(0);
         match new.file_type {
@@ -471,6 +463,7 @@ impl Filesystem {
                 opens: 0,
                 acls: Default::default(),
                 delayed_blocks: 0,
+                unguarded_writers: 0,
             },
         );
         Ok(self.inodes.insert(inode))
@@ -554,6 +547,7 @@ impl Filesystem {
         if data.is_dir() {
             return Err(FsError::NotPermitted);
         }
+        crate::flags::check_link(&data)?;
         if data.core.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
@@ -622,6 +616,7 @@ impl Filesystem {
         if data.core.nlink == 0 {
             return Err(FsError::NotFound);
         }
+        crate::flags::check_entry_change(data)?;
         self.permission(number, data, who, perm::WRITE | perm::EXECUTE)
     }
 }

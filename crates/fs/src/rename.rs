@@ -385,7 +385,7 @@ impl Filesystem {
     ) -> Result<(), FsError> {
         self.check_dir_writable(request.parent, parents.source_dir(), who)?;
         self.check_dir_writable(request.new_parent, parents.target_dir(), who)?;
-        perm::check_sticky(parents.source_dir(), source, who)?;
+        crate::flags::may_delete(parents.source_dir(), source, who)?;
         let across = request.parent != request.new_parent;
         if across && source.is_dir() {
             // Its ".." changes.
@@ -397,7 +397,7 @@ impl Filesystem {
             }
             return Ok(());
         };
-        perm::check_sticky(parents.target_dir(), target, who)?;
+        crate::flags::may_delete(parents.target_dir(), target, who)?;
         if request.mode == RenameMode::Exchange {
             if across && target.is_dir() {
                 self.permission(target_number, target, who, perm::WRITE)?;
