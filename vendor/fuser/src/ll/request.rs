@@ -1564,6 +1564,33 @@ mod op {
         }
     }
 
+    /// cairn patch (CAIRN-PATCH.md item 6): get extended file attributes (statx).
+    #[cfg(target_os = "linux")]
+    #[derive(Debug)]
+    pub(crate) struct Statx<'a> {
+        #[expect(dead_code)]
+        header: &'a fuse_in_header,
+        arg: &'a fuse_statx_in,
+    }
+    #[cfg(target_os = "linux")]
+    impl Statx<'_> {
+        /// The open file the caller asked through, if any.
+        pub(crate) fn file_handle(&self) -> Option<FileHandle> {
+            let flags = GetattrFlags::from_bits_retain(self.arg.getattr_flags);
+            flags
+                .contains(GetattrFlags::FUSE_GETATTR_FH)
+                .then_some(FileHandle(self.arg.fh))
+        }
+        /// statx(2)'s `AT_STATX_*` flags.
+        pub(crate) fn flags(&self) -> u32 {
+            self.arg.sx_flags
+        }
+        /// The `STATX_*` fields asked for.
+        pub(crate) fn mask(&self) -> u32 {
+            self.arg.sx_mask
+        }
+    }
+
     /// `MacOS` only: Rename the volume. Set `fuse_init_out.flags` during init to
     /// `FUSE_VOL_RENAME` to enable
     #[cfg(target_os = "macos")]
@@ -1853,6 +1880,12 @@ mod op {
                 arg: data.fetch()?,
             }),
 
+            #[cfg(target_os = "linux")]
+            fuse_opcode::FUSE_STATX => Operation::Statx(Statx {
+                header,
+                arg: data.fetch()?,
+            }),
+
             #[cfg(target_os = "macos")]
             fuse_opcode::FUSE_SETVOLNAME => Operation::SetVolName(SetVolName {
                 header,
@@ -1926,6 +1959,9 @@ pub(crate) enum Operation<'a> {
     Rename2(Rename2<'a>),
     Lseek(Lseek<'a>),
     CopyFileRange(CopyFileRange<'a>),
+
+    #[cfg(target_os = "linux")]
+    Statx(Statx<'a>),
 
     #[cfg(target_os = "macos")]
     SetVolName(SetVolName<'a>),
@@ -2101,6 +2137,15 @@ impl fmt::Display for Operation<'_> {
                 x.src(),
                 x.dest(),
                 x.len()
+            ),
+
+            #[cfg(target_os = "linux")]
+            Operation::Statx(x) => write!(
+                f,
+                "STATX fh {:?}, flags {:#x}, mask {:#x}",
+                x.file_handle(),
+                x.flags(),
+                x.mask()
             ),
 
             #[cfg(target_os = "macos")]
