@@ -26,6 +26,7 @@ pub mod convert;
 pub mod core;
 pub mod daemon;
 pub mod errno;
+pub mod fileattr;
 pub mod logging;
 pub mod man;
 pub mod options;

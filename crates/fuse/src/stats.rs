@@ -29,6 +29,7 @@ macro_rules! ops {
 
 ops! {
     Lookup => "lookup", Forget => "forget", Getattr => "getattr", Setattr => "setattr",
+    Statx => "statx", Ioctl => "ioctl",
     Readlink => "readlink", Mknod => "mknod", Mkdir => "mkdir", Unlink => "unlink",
     Rmdir => "rmdir", Symlink => "symlink", Rename => "rename", Link => "link",
     Open => "open", Read => "read", Write => "write", Flush => "flush",
