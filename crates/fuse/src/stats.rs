@@ -385,6 +385,14 @@ impl RequestStats {
         let _ = self.transport.set(status);
     }
 
+    /// The transport's status lines (`key: value`), once the session is up.
+    pub fn transport_lines(&self) -> Vec<String> {
+        self.transport
+            .get()
+            .map(|transport| transport.lines())
+            .unwrap_or_default()
+    }
+
     /// Seconds since the mount.
     pub fn uptime_secs(&self) -> f64 {
         self.started.elapsed().as_secs_f64()
