@@ -86,6 +86,30 @@ pub const INODE_FLAGS_KNOWN: u32 = (1 << 7) - 1;
 /// Flags only a directory may carry.
 pub const INODE_FLAGS_DIRECTORY_ONLY: u32 = INODE_FLAG_EXTSIZE_INHERIT | INODE_FLAG_PROJECT_INHERIT;
 
+/// The flags' names, in bit order (`flag_names`).
+const FLAG_NAMES: [(u32, &str); 7] = [
+    (INODE_FLAG_IMMUTABLE, "immutable"),
+    (INODE_FLAG_APPEND, "append"),
+    (INODE_FLAG_SYNC, "sync"),
+    (INODE_FLAG_NOATIME, "noatime"),
+    (INODE_FLAG_NODUMP, "nodump"),
+    (INODE_FLAG_EXTSIZE_INHERIT, "extsize-inherit"),
+    (INODE_FLAG_PROJECT_INHERIT, "project-inherit"),
+];
+
+/// The names of the flags set in `flags` (unknown bits as their hex value).
+pub fn flag_names(flags: u32) -> Vec<String> {
+    let mut names: Vec<String> = FLAG_NAMES
+        .iter()
+        .filter(|(bit, _)| flags & bit != 0)
+        .map(|(_, name)| (*name).to_string())
+        .collect();
+    if flags & !INODE_FLAGS_KNOWN != 0 {
+        names.push(format!("{:#x}", flags & !INODE_FLAGS_KNOWN));
+    }
+    names
+}
+
 const NANOSECONDS_PER_SECOND: u32 = 1_000_000_000;
 
 /// File type, as encoded in the mode and in directory entries (the `u8` code).
@@ -833,6 +857,8 @@ mod tests {
         bad_file.encode(&mut raw);
         assert_eq!(clear_inode_reserved(&mut raw, 32), ["extent size hint"]);
         assert_eq!(extent_size_hint_max(100), 50);
+        let names = flag_names(INODE_FLAG_IMMUTABLE | INODE_FLAG_PROJECT_INHERIT | 1 << 9);
+        assert_eq!(names, ["immutable", "project-inherit", "0x200"]);
         assert_eq!(extent_size_hint_max(u32::MAX), EXTENT_LEN_MAX);
     }
 
