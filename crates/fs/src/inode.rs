@@ -279,9 +279,29 @@ pub(crate) fn timestamp(time: SystemTime) -> Timestamp {
     }
 }
 
-/// The current time as a timestamp.
+/// The current time as a timestamp, from the clock the kernel stamps inode times with
+/// (`CLOCK_REALTIME_COARSE`, as its `current_time`). With the writeback cache the kernel
+/// sets a file's modification and change times itself; a time taken here from the finer
+/// clock could be later than the kernel's next stamp (the coarse clock lags by up to a
+/// tick), so a new file's birth time would follow its first write's mtime, which statx
+/// callers (fstests' generic/423) check never happens.
 pub(crate) fn now() -> Timestamp {
-    timestamp(SystemTime::now())
+    let mut coarse = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `coarse`, which lives for the call.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut coarse) };
+    let nanoseconds = u32::try_from(coarse.tv_nsec)
+        .ok()
+        .filter(|&n| n < 1_000_000_000);
+    match (read, nanoseconds) {
+        (0, Some(nanoseconds)) => Timestamp {
+            seconds: coarse.tv_sec,
+            nanoseconds,
+        },
+        _ => timestamp(SystemTime::now()),
+    }
 }
 
 /// The inode cache: inode number to in-core inode.
