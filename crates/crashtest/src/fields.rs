@@ -397,9 +397,9 @@ fn inode_fields(unit: &[u8]) -> Vec<Field> {
         ("attr_extent_count", 148, 2),
         ("attr_offset", 150, 2),
         ("rdev", 152, 4),
-        ("spare@156", 156, 8),
-        ("spare@164", 164, 8),
-        ("spare@172", 172, 4),
+        ("project_id", 156, 4),
+        ("spare@160", 160, 8),
+        ("spare@168", 168, 8),
     ]);
     let literal = INODE_CORE_SIZE;
     let attr_offset = usize::from(get_u16(unit, 150));
