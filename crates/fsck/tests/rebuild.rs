@@ -295,8 +295,9 @@ fn inode_spare_bytes_are_cleared() {
 }
 
 // Flags and hints an inode may not carry (CRC recomputed): a directory flag on a file, a
-// hint on a directory without EXTSIZE_INHERIT, unknown flag bits, a hint above half an AG. `-n` names each; `-y` clears just those and keeps the inode, its
-// other flags, its project id and its data.
+// hint on a directory without EXTSIZE_INHERIT, unknown flag bits, a hint above half an AG.
+// `-n` names each; `-y` clears just those and keeps the inode, its other flags, its
+// project id and its data.
 #[test]
 fn damaged_flags_and_hints_are_cleared() {
     use cairn_format::inode::{INODE_FLAG_NODUMP, INODE_FLAG_PROJECT_INHERIT};
