@@ -258,14 +258,16 @@ impl Filesystem {
             plan.last
                 .min(last.next_multiple_of(plan.alignment_blocks())),
         );
-        let needed =
-            self.allocate_range(inode, &handle.data, plan.first, needed_end, plan.placement);
-        match needed {
-            Err(FsError::NoSpace) if self.reclaim_speculative(inode)? > 0 => {
-                self.allocate_range(inode, &handle.data, plan.first, needed_end, plan.placement)?;
+        // A write that finds the filesystem full half way gives back what it mapped.
+        let needed = &[(plan.first, needed_end)];
+        self.allocate_or_give_back(inode, &handle.data, needed, || {
+            let allocate =
+                || self.allocate_range(inode, &handle.data, plan.first, needed_end, plan.placement);
+            match allocate() {
+                Err(FsError::NoSpace) if self.reclaim_speculative(inode)? > 0 => allocate(),
+                other => other,
             }
-            other => other?,
-        }
+        })?;
         if plan.last > needed_end {
             match self.allocate_range(inode, &handle.data, needed_end, plan.last, plan.placement) {
                 Ok(()) | Err(FsError::NoSpace) => {}
@@ -507,6 +509,11 @@ impl Filesystem {
         if shrinks_mid_block {
             self.journal
                 .force(cairn_journal::CommitSequence(meta.last_sequence))?;
+        }
+        if size > old_size {
+            // As on XFS, a growth keeps blocks preallocated past the new end (now unwritten);
+            // a truncate to the same size or less gives them back.
+            return Ok(());
         }
         crate::unlinked::truncate_blocks(self, inode, &mut meta, size.div_ceil(block_size))
     }

@@ -58,8 +58,8 @@ impl Filesystem {
         let block_size = u64::from(self.geometry.block_size);
         let keep_size = match mode {
             FallocateMode::Allocate { keep_size } => {
-                let (first, last) = (offset / block_size, end.div_ceil(block_size));
-                self.allocate_range(inode, &handle.data, first, last, Placement::near(true))?;
+                let range = (offset / block_size, end.div_ceil(block_size));
+                self.preallocate(inode, &handle.data, range)?;
                 keep_size
             }
             FallocateMode::PunchHole => {
@@ -120,7 +120,30 @@ impl Filesystem {
             }
         }
         let (head, tail) = (offset / block_size, end.div_ceil(block_size));
-        self.allocate_range(inode, lock, head, tail, Placement::near(true))
+        self.preallocate(inode, lock, (head, tail))
+    }
+
+    /// Maps the holes of file blocks `first..last` unwritten, or fails with `NoSpace` holding
+    /// no more blocks than before (`give_back.rs`): when the holes need more blocks than are
+    /// free (after giving back other files' speculative preallocation) nothing is allocated,
+    /// and an allocation that still finds the filesystem full half way is undone.
+    fn preallocate(
+        &self,
+        inode: u64,
+        lock: &cairn_lockrank::Mutex<InodeData>,
+        (first, last): (u64, u64),
+    ) -> Result<(), FsError> {
+        let needed = self
+            .holes_in(inode, &lock.lock(), &[(first, last)])?
+            .blocks();
+        if needed > self.statfs()?.blocks_available
+            && (self.reclaim_speculative(inode)? == 0 || needed > self.statfs()?.blocks_available)
+        {
+            return Err(FsError::NoSpace);
+        }
+        self.allocate_or_give_back(inode, lock, &[(first, last)], || {
+            self.allocate_range(inode, lock, first, last, Placement::near(true))
+        })
     }
 
     /// Zeroes the bytes of `offset..end` that lie in partial blocks at either end, where

@@ -34,6 +34,7 @@ mod extents;
 mod fallocate;
 mod flags;
 mod fs;
+mod give_back;
 mod glue;
 mod grow;
 mod ialloc;
