@@ -57,6 +57,9 @@ pub(crate) struct InodeData {
     /// Open handles for writing opened while the file was not append-only: only these
     /// may leave data in the kernel's cache that is not an append (see `flags.rs`).
     pub unguarded_writers: u64,
+    /// An O_TMPFILE file created without O_EXCL and never linked: `link` may give it a
+    /// name although it has no link (the kernel's I_LINKABLE).
+    pub linkable: bool,
 }
 
 /// An inode's POSIX ACLs (`system.posix_acl_access`, and for directories
@@ -513,6 +516,7 @@ pub(crate) fn read_inode(
             acls: OnceCell::new(),
             delayed_blocks: 0,
             unguarded_writers: 0,
+            linkable: false,
         },
     ))
 }

@@ -50,6 +50,7 @@ mod seek;
 mod symlink;
 #[cfg(test)]
 mod test_device;
+mod tmpfile;
 mod types;
 mod unlinked;
 mod write_behind;

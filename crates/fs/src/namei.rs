@@ -20,7 +20,7 @@ use crate::fs::Filesystem;
 use crate::glue::Tx;
 use crate::inode::{Inode, InodeData, file_type_of, inode_home, kind_of, now};
 use crate::types::{Attr, Credentials, DirEntry, FileKind};
-use crate::{FsError, acl, dir, ialloc, perm, symlink, xattr_store};
+use crate::{FsError, acl, dir, ialloc, perm, symlink, unlinked, xattr_store};
 
 /// Checks a name from the API: length, then the bytes.
 pub(crate) fn valid_name(name: &[u8]) -> Result<(), FsError> {
@@ -174,7 +174,7 @@ impl Filesystem {
             rdev,
             symlink_target: None,
         };
-        self.make(parent, name, &new, who)
+        self.make(parent, Some(name), &new, who)
     }
 
     /// Creates a directory; takes a lookup reference on it.
@@ -191,7 +191,7 @@ impl Filesystem {
             rdev: 0,
             symlink_target: None,
         };
-        self.make(parent, name, &new, who)
+        self.make(parent, Some(name), &new, who)
     }
 
     /// Creates a symlink to `target`; takes a lookup reference on it.
@@ -209,19 +209,20 @@ impl Filesystem {
             rdev: 0,
             symlink_target: Some(target),
         };
-        self.make(parent, name, &new, who)
+        self.make(parent, Some(name), &new, who)
     }
 
-    /// The common path of every create: checks, allocate, initialise, link into `parent`.
-    fn make(
+    /// The common path of every create: checks, allocate, initialise, link into `parent`
+    /// as `name`; with no name, an unnamed inode on the unlinked list (`tmpfile`).
+    pub(crate) fn make(
         &self,
         parent: u64,
-        name: &[u8],
+        name: Option<&[u8]>,
         new: &NewInode<'_>,
         who: &Credentials,
     ) -> Result<Attr, FsError> {
         self.check_writable()?;
-        valid_name(name)?;
+        name.map(valid_name).transpose()?;
         Self::count(&self.counters.creates, 1);
         let dir_inode = self.live_inode(parent)?;
         let mut dir_data = dir_inode.lock_dir();
@@ -241,12 +242,15 @@ impl Filesystem {
         // Each failed chunk attempt marks its AG, so the attempts are bounded by the AGs.
         for _ in 0..=self.geometry.ag_count {
             let mut tx = self.begin(reservation)?;
-            if dir::lookup(self, &mut tx, &dir_data, name)?.is_some() {
+            if let Some(name) = name
+                && dir::lookup(self, &mut tx, &dir_data, name)?.is_some()
+            {
                 tx.tx.cancel()?;
                 return Err(FsError::Exists);
             }
             let made = self.make_in(&mut tx, parent, &mut dir_data, name, (new, &inherited), who);
             match made {
+                Ok(Some(inode)) if name.is_none() => return self.commit_unnamed(tx, &inode),
                 Ok(Some(inode)) => return self.commit_made(tx, parent, &mut dir_data, &inode),
                 // An AG's AGF was locked for a chunk it could not place: another AGI may
                 // only be locked in a new transaction (every AGI before every AGF).
@@ -276,6 +280,16 @@ impl Filesystem {
         Ok(data.attr(inode.number, self.geometry.block_size))
     }
 
+    /// Logs a made unnamed inode (its directory is unchanged), commits, and takes the
+    /// lookup reference.
+    fn commit_unnamed(&self, mut tx: Tx<'_>, inode: &Inode) -> Result<Attr, FsError> {
+        let mut data = inode.lock_fresh();
+        Self::log_inode(&mut tx, inode.number, &mut data);
+        self.commit(tx, &mut [&mut data])?;
+        data.lookups += 1;
+        Ok(data.attr(inode.number, self.geometry.block_size))
+    }
+
     /// Commits a create or link whose directory change failed: whatever changed (a free-list
     /// refill, an undone allocation, split blocks given back under a free intent) is
     /// consistent; then frees what the change deferred.
@@ -285,15 +299,16 @@ impl Filesystem {
         dir::finish_deferred_frees(self, deferred)
     }
 
-    /// Allocates and initialises the inode and adds its entry; on failure after the
-    /// allocation the inode is freed again in the same transaction. `None`: try again in a
-    /// new transaction (`ialloc::InodeAlloc::TryAgain`).
+    /// Allocates and initialises the inode and adds its entry (with no name: puts it on its
+    /// unlinked list, with no link); on failure after the allocation the inode is freed
+    /// again in the same transaction. `None`: try again in a new transaction
+    /// (`ialloc::InodeAlloc::TryAgain`).
     fn make_in(
         &self,
         tx: &mut Tx<'_>,
         parent: u64,
         dir_data: &mut InodeData,
-        name: &[u8],
+        name: Option<&[u8]>,
         (new, inherited): (&NewInode<'_>, &Inherited),
         who: &Credentials,
     ) -> Result<Option<Arc<Inode>>, FsError> {
@@ -306,14 +321,31 @@ impl Filesystem {
             ialloc::InodeAlloc::TryAgain => return Ok(None),
         };
         let inode = self.fresh_inode(tx, number)?;
+        let mut listed = false;
         let added = {
             let mut data = inode.lock_fresh();
             self.init_inode(tx, &mut data, dir_data, parent, new, who)
+                .and_then(|()| match name {
+                    Some(_) => Ok(()),
+                    // Its AGI is this transaction's already (it allocated the inode), and
+                    // comes before any AGF the attributes may lock.
+                    None => {
+                        data.core.nlink = 0;
+                        listed = true;
+                        unlinked::add(self, tx, number, &mut data)
+                    }
+                })
                 .and_then(|()| xattr_store::store_new(self, tx, number, &mut data, inherited))
-                .and_then(|()| dir::add(self, tx, dir_data, name, number, new.file_type))
+                .and_then(|()| match name {
+                    Some(name) => dir::add(self, tx, dir_data, name, number, new.file_type),
+                    None => Ok(()),
+                })
         };
         if let Err(error) = added {
             let mut data = inode.lock_fresh();
+            if listed {
+                unlinked::take_off_new(self, tx, number, &mut data)?;
+            }
             if new.file_type == FileType::Symlink {
                 symlink::release_new(self, tx, &mut data)?;
             }
@@ -326,6 +358,9 @@ impl Filesystem {
             Self::log_inode(tx, number, &mut data);
             ialloc::free_inode(self, tx, number)?;
             return Err(error);
+        }
+        if name.is_none() {
+            return Ok(Some(inode));
         }
         let now = now();
         dir_data.core.mtime = now;
@@ -464,6 +499,7 @@ impl Filesystem {
                 acls: Default::default(),
                 delayed_blocks: 0,
                 unguarded_writers: 0,
+                linkable: false,
             },
         );
         Ok(self.inodes.insert(inode))
@@ -552,7 +588,13 @@ impl Filesystem {
             return Err(FsError::TooManyLinks);
         }
         if data.core.nlink == 0 {
-            return Err(FsError::NotFound);
+            // Only an O_TMPFILE file may get a link back (the kernel's I_LINKABLE).
+            return match data.linkable {
+                true => {
+                    self.link_unnamed((inode, &mut data), (new_parent, &mut dir_data), new_name)
+                }
+                false => Err(FsError::NotFound),
+            };
         }
         let mut tx = self.begin(Reservation::create(&self.geometry))?;
         if dir::lookup(self, &mut tx, &dir_data, new_name)?.is_some() {
