@@ -53,6 +53,7 @@ mod test_device;
 mod tmpfile;
 mod types;
 mod unlinked;
+mod whiteout;
 mod write_behind;
 mod xattr;
 mod xattr_index;

@@ -45,6 +45,8 @@ pub(crate) struct NewInode<'a> {
     pub mode: u16,
     pub rdev: u32,
     pub symlink_target: Option<&'a [u8]>,
+    /// Takes neither the umask nor the parent's default ACL (symlinks, whiteouts).
+    pub plain: bool,
 }
 
 impl Filesystem {
@@ -173,6 +175,7 @@ impl Filesystem {
             mode,
             rdev,
             symlink_target: None,
+            plain: false,
         };
         self.make(parent, Some(name), &new, who)
     }
@@ -190,6 +193,7 @@ impl Filesystem {
             mode,
             rdev: 0,
             symlink_target: None,
+            plain: false,
         };
         self.make(parent, Some(name), &new, who)
     }
@@ -208,6 +212,7 @@ impl Filesystem {
             mode: 0o777,
             rdev: 0,
             symlink_target: Some(target),
+            plain: true,
         };
         self.make(parent, Some(name), &new, who)
     }
@@ -374,7 +379,7 @@ impl Filesystem {
     /// The mode a new inode gets and the ACLs it inherits: with a default ACL on the parent,
     /// the ACL decides the permission bits (the umask does not apply) and the new inode's
     /// access ACL is cut from it, and a new directory inherits it as its own default;
-    /// without one, the caller's umask applies. Symlinks take neither.
+    /// without one, the caller's umask applies. Symlinks and whiteouts take neither.
     fn inherited(
         &self,
         parent: u64,
@@ -388,7 +393,7 @@ impl Filesystem {
             access: None,
             default: None,
         };
-        if new.file_type == FileType::Symlink {
+        if new.plain {
             return Ok(plain(requested));
         }
         let default = match dir_data.core.attr_format {

@@ -35,6 +35,7 @@ impl Filesystem {
             mode,
             rdev: 0,
             symlink_target: None,
+            plain: false,
         };
         let attr = self.make(parent, None, &new, who)?;
         self.live_inode(attr.inode)?.data.lock().linkable = !exclusive;

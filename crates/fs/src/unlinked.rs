@@ -146,7 +146,7 @@ pub(crate) fn take_off_new(
 /// Where an inode about to leave its unlinked list for a link sits (`relink`): its AG's
 /// AGI, joined to the transaction, and its predecessor on the list, locked.
 pub(crate) struct ListPlace<'a> {
-    agi: Agi,
+    ag: u32,
     before: Option<(u64, MutexGuard<'a, InodeData>)>,
 }
 
@@ -160,8 +160,11 @@ impl ListPlace<'_> {
         number: u64,
         data: &mut InodeData,
     ) -> Result<(), FsError> {
+        // The transaction holds the AGI; read it again, as the change may have put other
+        // inodes on its lists since.
+        let mut agi = read_agi(fs, tx, self.ag)?;
         let before = self.before.as_mut().map(|(n, guard)| (*n, &mut **guard));
-        unlist(fs, tx, &mut self.agi, number, data, before)
+        unlist(fs, tx, &mut agi, number, data, before)
     }
 
     /// The predecessor's data, to record the commit in (`Filesystem::commit`).
@@ -181,7 +184,8 @@ const RELINK_PREDECESSOR: &str = "unlinked list: the predecessor of an inode get
 /// buffers), then in the transaction the AGIs of `agis` and of the inode's AG in ascending
 /// order (the change may put another inode on a list), checks under them that the
 /// predecessor is still the one locked (else starts again), and runs `change`, which takes
-/// the inode off its list (`ListPlace::take_off`) and commits.
+/// the inode off its list (`ListPlace::take_off`, before it puts any other inode on a list
+/// of that AG: that could make a held inode the predecessor) and commits.
 pub(crate) fn relink<R>(
     fs: &Filesystem,
     number: u64,
@@ -209,23 +213,18 @@ pub(crate) fn relink<R>(
             continue;
         }
         let mut tx = fs.begin(reservation)?;
-        let mut agi = None;
         for &each in &locked {
-            let read = read_agi(fs, &mut tx, each)?;
-            agi = agi.or((each == ag).then_some(read));
+            read_agi(fs, &mut tx, each)?;
         }
-        let agi = agi.ok_or_else(off_list)?;
         if index.lock().previous(ag_inode) != Some(previous) {
             tx.tx.cancel()?;
             continue;
         }
-        return change(
-            tx,
-            ListPlace {
-                agi,
-                before: before_data,
-            },
-        );
+        let place = ListPlace {
+            ag,
+            before: before_data,
+        };
+        return change(tx, place);
     }
     Err(FsError::corrupt(
         "unlinked list",
