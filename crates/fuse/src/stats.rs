@@ -38,7 +38,7 @@ ops! {
     Statfs => "statfs", Setxattr => "setxattr", Getxattr => "getxattr",
     Listxattr => "listxattr", Removexattr => "removexattr", Access => "access",
     Create => "create", Fallocate => "fallocate", Lseek => "lseek",
-    CopyFileRange => "copy_file_range",
+    CopyFileRange => "copy_file_range", Tmpfile => "tmpfile",
 }
 
 /// Number of request types.

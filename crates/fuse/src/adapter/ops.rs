@@ -226,16 +226,18 @@ impl fuser::Filesystem for CairnFs {
         reply: ReplyEmpty,
     ) {
         let _timer = self.requests.start(Op::Rename, parent.0);
-        let Some(mode) = rename_mode(flags) else {
+        let Some((mode, whiteout)) = rename_mode(flags) else {
             reply.error(self.refuse(Op::Rename, errno(libc::EINVAL)));
             return;
         };
         let (from, to) = (self.inode(parent), self.inode(newparent));
         let (name, newname) = (name_bytes(name), name_bytes(newname));
-        match self
-            .fs()
-            .and_then(|fs| fs.rename(from, name, to, newname, mode, &credentials(req)))
-        {
+        let who = credentials(req);
+        let renamed = self.fs().and_then(|fs| match whiteout {
+            true => fs.rename_whiteout(from, name, to, newname, mode, &who),
+            false => fs.rename(from, name, to, newname, mode, &who),
+        });
+        match renamed {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Rename, &error)),
         }
@@ -578,27 +580,28 @@ impl fuser::Filesystem for CairnFs {
             Ok(attr) => attr,
             Err(error) => return reply.error(self.fail(Op::Create, &error)),
         };
-        // The creator may open what it made whatever the new mode says (open(2) with
-        // O_CREAT on a new file checks no permission), hence root credentials here.
-        let open = cairn_fs::OpenMode {
-            truncate: false,
-            ..open_mode(flags)
-        };
-        match self
+        self.open_created(Op::Create, &attr, flags, reply);
+    }
+
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let _timer = self.requests.start(Op::Tmpfile, parent.0);
+        let (parent, who) = (self.inode(parent), credentials_with_umask(req, umask));
+        // O_EXCL: the file may never get a name (the kernel refuses the link as well).
+        let exclusive = flags & libc::O_EXCL != 0;
+        let made = self
             .fs()
-            .and_then(|fs| fs.open_with(attr.inode, &open, &Credentials::root()))
-        {
-            Ok(file) => {
-                let generation = fuser::Generation(u64::from(attr.generation));
-                let fuse_attr = self.fuse_attr(&attr);
-                let ttl = self.settings.entry_timeout.min(self.settings.attr_timeout);
-                let flags = fopen_flags(file.handle);
-                reply.created(&ttl, &fuse_attr, generation, FileHandle(file.handle), flags);
-            }
-            Err(error) => {
-                self.drop_reference(attr.inode, 1);
-                reply.error(self.fail(Op::Create, &error));
-            }
+            .and_then(|fs| fs.tmpfile(parent, permission_bits(mode), exclusive, &who));
+        match made {
+            Ok(attr) => self.open_created(Op::Tmpfile, &attr, flags, reply),
+            Err(error) => reply.error(self.fail(Op::Tmpfile, &error)),
         }
     }
 
@@ -695,6 +698,35 @@ impl fuser::Filesystem for CairnFs {
         {
             Ok(copied) => reply.written(copied),
             Err(error) => reply.error(self.fail(Op::CopyFileRange, &error)),
+        }
+    }
+}
+
+impl CairnFs {
+    /// Opens the file a create or tmpfile request just made and answers with its entry and
+    /// handle; if the open fails, the new inode's lookup reference goes again. The creator
+    /// may open what it made whatever the new mode says (open(2) with O_CREAT or O_TMPFILE
+    /// checks no permission on the new file), hence root credentials here.
+    fn open_created(&self, op: Op, attr: &cairn_fs::Attr, flags: i32, reply: ReplyCreate) {
+        let open = cairn_fs::OpenMode {
+            truncate: false,
+            ..open_mode(flags)
+        };
+        let opened = self
+            .fs()
+            .and_then(|fs| fs.open_with(attr.inode, &open, &Credentials::root()));
+        match opened {
+            Ok(file) => {
+                let generation = fuser::Generation(u64::from(attr.generation));
+                let fuse_attr = self.fuse_attr(attr);
+                let ttl = self.settings.entry_timeout.min(self.settings.attr_timeout);
+                let flags = fopen_flags(file.handle);
+                reply.created(&ttl, &fuse_attr, generation, FileHandle(file.handle), flags);
+            }
+            Err(error) => {
+                self.drop_reference(attr.inode, 1);
+                reply.error(self.fail(op, &error));
+            }
         }
     }
 }

@@ -1591,6 +1591,28 @@ mod op {
         }
     }
 
+    /// Create and open an unnamed file in a directory (`O_TMPFILE`, Linux 6.1). The
+    /// kernel sends a [`Create`]'s arguments (and a name, "/", which means nothing) and
+    /// expects a [`Create`]'s reply.
+    #[derive(Debug)]
+    pub(crate) struct Tmpfile<'a> {
+        #[expect(dead_code)]
+        header: &'a fuse_in_header,
+        arg: &'a fuse_create_in,
+    }
+    impl Tmpfile<'_> {
+        pub(crate) fn mode(&self) -> u32 {
+            self.arg.mode
+        }
+        /// Flags as passed to the `open()` call (`O_TMPFILE`, and `O_EXCL` if given)
+        pub(crate) fn flags(&self) -> i32 {
+            self.arg.flags
+        }
+        pub(crate) fn umask(&self) -> u32 {
+            self.arg.umask
+        }
+    }
+
     /// `MacOS` only: Rename the volume. Set `fuse_init_out.flags` during init to
     /// `FUSE_VOL_RENAME` to enable
     #[cfg(target_os = "macos")]
@@ -1879,6 +1901,10 @@ mod op {
                 header,
                 arg: data.fetch()?,
             }),
+            fuse_opcode::FUSE_TMPFILE => Operation::Tmpfile(Tmpfile {
+                header,
+                arg: data.fetch()?,
+            }),
 
             #[cfg(target_os = "linux")]
             fuse_opcode::FUSE_STATX => Operation::Statx(Statx {
@@ -1959,6 +1985,7 @@ pub(crate) enum Operation<'a> {
     Rename2(Rename2<'a>),
     Lseek(Lseek<'a>),
     CopyFileRange(CopyFileRange<'a>),
+    Tmpfile(Tmpfile<'a>),
 
     #[cfg(target_os = "linux")]
     Statx(Statx<'a>),
@@ -2137,6 +2164,12 @@ impl fmt::Display for Operation<'_> {
                 x.src(),
                 x.dest(),
                 x.len()
+            ),
+            Operation::Tmpfile(x) => write!(
+                f,
+                "TMPFILE mode {:#05o}, flags {:#x}",
+                x.mode(),
+                x.flags()
             ),
 
             #[cfg(target_os = "linux")]
