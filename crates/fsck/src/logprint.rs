@@ -22,6 +22,8 @@ fn item_name(item: &LogItem) -> &'static str {
         LogItem::CheckpointStart { .. } => "checkpoint-start",
         LogItem::CheckpointCommit { .. } => "checkpoint-commit",
         LogItem::InodeCreate { .. } => "inode-create",
+        LogItem::ShiftIntent { .. } => "shift-intent",
+        LogItem::ShiftDone { .. } => "shift-done",
     }
 }
 

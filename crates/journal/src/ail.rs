@@ -6,9 +6,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use cairn_bufcache::{BufHandle, ReadSpec};
 use cairn_format::Lsn;
-use cairn_format::log::FreeExtent;
 
-use crate::item::ItemKey;
+use crate::item::{IntentWork, ItemKey};
 
 /// What the AIL keeps of an item to write it home.
 #[derive(Debug, Clone)]
@@ -22,8 +21,8 @@ pub(crate) enum AilItem {
         version: u64,
         flushed: Option<(BufHandle, u64)>,
     },
-    /// An extent-free intent: stays until its done item is durable.
-    Intent { extents: Vec<FreeExtent> },
+    /// An intent: stays until its done item is durable.
+    Intent { work: IntentWork },
 }
 
 /// The AIL; callers hold the journal's AIL lock.
@@ -85,7 +84,7 @@ impl Ail {
                     .as_ref()
                     .map(|(handle, copied)| (*copied, handle.is_dirty()))
             ),
-            Some(AilItem::Intent { extents }) => format!("intent of {} extents", extents.len()),
+            Some(AilItem::Intent { work }) => format!("intent of {} extents", work.len()),
             None => "missing".to_string(),
         };
         format!("{key:?} at {lsn:?}: {state}")
@@ -124,9 +123,9 @@ impl Ail {
             .items
             .iter()
             .filter_map(|(key, (_, item))| match (key, item) {
-                (ItemKey::Intent(id), AilItem::Intent { extents }) => Some(crate::PendingIntent {
+                (ItemKey::Intent(id), AilItem::Intent { work }) => Some(crate::PendingIntent {
                     id: *id,
-                    extents: extents.clone(),
+                    work: work.clone(),
                 }),
                 _ => None,
             })

@@ -8,9 +8,11 @@ use std::time::Instant;
 
 use cairn_bufcache::{BufGuard, ReadSpec};
 use cairn_format::InodeNumber;
-use cairn_format::log::{FreeExtent, InodeCreate};
+use cairn_format::log::InodeCreate;
 
-use crate::item::{BufferVector, IntentId, ItemKey, Vector, copy_regions, merge_regions};
+use crate::item::{
+    BufferVector, IntentId, IntentKind, IntentWork, ItemKey, Vector, copy_regions, merge_regions,
+};
 use crate::reservation::checkpoint_bytes_max;
 
 /// One checkpoint context: the items of the commits it gathered.
@@ -150,13 +152,13 @@ impl Cil {
         self.replace(ItemKey::Inode(inode), Vector::Inode { image })
     }
 
-    pub(crate) fn insert_intent(&mut self, id: IntentId, extents: Vec<FreeExtent>) {
-        self.replace(ItemKey::Intent(id), Vector::Intent { extents });
+    pub(crate) fn insert_intent(&mut self, id: IntentId, work: IntentWork) {
+        self.replace(ItemKey::Intent(id), Vector::Intent { work });
     }
 
     /// Logs a done item. When its intent is still in this context both vanish: the work and
     /// its intent reach the log in the same checkpoint, so recovery never needs the intent.
-    pub(crate) fn insert_done(&mut self, id: IntentId) {
+    pub(crate) fn insert_done(&mut self, id: IntentId, kind: IntentKind) {
         let key = ItemKey::Intent(id);
         if let Some(Vector::Intent { .. }) = self.current.items.get(&key) {
             if let Some(old) = self.current.items.remove(&key) {
@@ -164,7 +166,7 @@ impl Cil {
             }
             return;
         }
-        self.replace(key, Vector::Done);
+        self.replace(key, Vector::Done { kind });
     }
 
     /// Checks the accounting and every vector's shape; panics (in tests) on a violation.
@@ -176,7 +178,10 @@ impl Cil {
                 (key, vector),
                 (ItemKey::Buffer(_), Vector::Buffer(_))
                     | (ItemKey::Inode(_), Vector::Inode { .. })
-                    | (ItemKey::Intent(_), Vector::Intent { .. } | Vector::Done)
+                    | (
+                        ItemKey::Intent(_),
+                        Vector::Intent { .. } | Vector::Done { .. }
+                    )
             );
             assert!(kind_matches, "CIL entry of the wrong kind: {key:?}");
             match (key, vector) {

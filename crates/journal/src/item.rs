@@ -4,15 +4,45 @@ use std::ops::Range;
 
 use cairn_bufcache::{BufHandle, BufKey, ReadSpec};
 use cairn_format::OnDisk;
-use cairn_format::log::{FreeExtent, InodeCreate, LogItem};
+use cairn_format::log::{FreeExtent, InodeCreate, LogItem, ShiftIntent};
 use cairn_format::{FsBlock, InodeNumber};
 
 use crate::JournalError;
 use crate::config::{ITEM_HEADER_BYTES, VECTOR_REGIONS_MAX};
 
-/// Identifies one extent-free intent and its done item.
+/// Identifies one intent (extent-free or shift) and its done item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct IntentId(pub u64);
+
+/// What an intent promises a later transaction will do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IntentWork {
+    /// Free these extents.
+    Free(Vec<FreeExtent>),
+    /// Finish this collapse or insert range.
+    Shift(ShiftIntent),
+}
+
+impl IntentWork {
+    /// Extents (or shifts) it names.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Free(extents) => extents.len(),
+            Self::Shift(_) => 1,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Which done item finishes an intent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IntentKind {
+    Free,
+    Shift,
+}
 
 /// The checkpoint sequence a commit went into; forcing it makes that commit durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -50,8 +80,8 @@ pub(crate) struct BufferVector {
 pub(crate) enum Vector {
     Buffer(BufferVector),
     Inode { image: Vec<u8> },
-    Intent { extents: Vec<FreeExtent> },
-    Done,
+    Intent { work: IntentWork },
+    Done { kind: IntentKind },
 }
 
 /// Encoded size of an inode create item.
@@ -95,8 +125,18 @@ impl Vector {
             Self::Inode { image } => {
                 (ITEM_HEADER_BYTES + inode_used_bytes(image) as u64).next_multiple_of(8)
             }
-            Self::Intent { extents } => ITEM_HEADER_BYTES + 8 + 16 * extents.len() as u64,
-            Self::Done => ITEM_HEADER_BYTES + 8,
+            Self::Intent {
+                work: IntentWork::Free(extents),
+            } => ITEM_HEADER_BYTES + 8 + 16 * extents.len() as u64,
+            Self::Intent {
+                work: IntentWork::Shift(_),
+            } => ITEM_HEADER_BYTES + ShiftIntent::SIZE as u64,
+            Self::Done {
+                kind: IntentKind::Free,
+            } => ITEM_HEADER_BYTES + 8,
+            Self::Done {
+                kind: IntentKind::Shift,
+            } => ITEM_HEADER_BYTES,
         }
     }
 
@@ -135,13 +175,22 @@ impl Vector {
                 inode: inode.0,
                 image: image[..inode_used_bytes(image)].to_vec(),
             }],
-            (Self::Intent { extents }, ItemKey::Intent(id)) => vec![LogItem::ExtentFreeIntent {
-                intent_id: id.0,
-                extents: extents.clone(),
+            (Self::Intent { work }, ItemKey::Intent(id)) => vec![match work {
+                IntentWork::Free(extents) => LogItem::ExtentFreeIntent {
+                    intent_id: id.0,
+                    extents: extents.clone(),
+                },
+                IntentWork::Shift(shift) => LogItem::ShiftIntent {
+                    intent_id: id.0,
+                    shift: *shift,
+                },
             }],
-            (Self::Done, ItemKey::Intent(id)) => vec![LogItem::ExtentFreeDone {
-                intent_id: id.0,
-                extents: Vec::new(),
+            (Self::Done { kind }, ItemKey::Intent(id)) => vec![match kind {
+                IntentKind::Free => LogItem::ExtentFreeDone {
+                    intent_id: id.0,
+                    extents: Vec::new(),
+                },
+                IntentKind::Shift => LogItem::ShiftDone { intent_id: id.0 },
             }],
             _ => Vec::new(),
         }

@@ -338,6 +338,13 @@ impl Journal {
         inner.write_marker(true)
     }
 
+    /// Shuts the journal down for `reason`, as a failed log write would: for a caller that
+    /// left a change it cannot finish in memory (a collapse or insert range that failed half
+    /// way; recovery finishes it from its intent). Later operations fail with `Shutdown`.
+    pub fn shut_down_now(&self, reason: String) {
+        self.inner.shut_down(reason);
+    }
+
     /// Why the journal shut down (the first cause), or `None` while it runs.
     pub fn shutdown_reason(&self) -> Option<String> {
         self.inner.shutdown.lock().clone()
@@ -492,7 +499,7 @@ impl Inner {
         if !report.unfinished_intents.is_empty() {
             let mut cil = self.cil.lock();
             for intent in &report.unfinished_intents {
-                cil.insert_intent(intent.id, intent.extents.clone());
+                cil.insert_intent(intent.id, intent.work.clone());
             }
             let block = self.layout.block_size;
             let charge = cil.current.charge(block) - checkpoint_bytes_max(0, block);
@@ -852,13 +859,11 @@ impl Inner {
                     };
                     ail.insert(*key, lsn, item);
                 }
-                Vector::Intent { extents } => {
-                    let item = AilItem::Intent {
-                        extents: extents.clone(),
-                    };
+                Vector::Intent { work } => {
+                    let item = AilItem::Intent { work: work.clone() };
                     ail.insert(*key, lsn, item);
                 }
-                Vector::Done => {
+                Vector::Done { .. } => {
                     ail.remove(*key);
                 }
             }

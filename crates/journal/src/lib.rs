@@ -45,11 +45,11 @@ pub use config::{
 };
 pub use error::JournalError;
 pub use inode_ops::{InodeClusterOps, inode_cluster_ops, inode_cluster_spec};
-pub use item::{CommitSequence, IntentId};
+pub use item::{CommitSequence, IntentId, IntentWork};
 pub use journal::{CompletionHook, ForceHandle, Journal};
 pub use recovery::{PendingIntent, RecoveryReport};
 pub use reservation::{Reservation, buffer_item_bytes_max, checkpoint_bytes_max, inode_item_bytes};
 pub use stats::JournalStats;
 pub use transaction::Transaction;
 
-pub use cairn_format::log::FreeExtent;
+pub use cairn_format::log::{FreeExtent, SHIFT_NOTHING_MOVED, ShiftIntent, ShiftKind};

@@ -8,13 +8,13 @@ use std::collections::{BTreeMap, HashMap};
 use cairn_blockdev::{AlignedBuf, BlockDevice};
 use cairn_format::header::HEADER_SIZE;
 use cairn_format::log::{
-    FreeExtent, InodeCreate, LOG_FLAG_UNMOUNT, LogItem, LogRecordHeader, decode_log_record,
+    InodeCreate, LOG_FLAG_UNMOUNT, LogItem, LogRecordHeader, decode_log_record,
 };
 use cairn_format::{FsBlock, Geometry, InodeNumber, Lsn, MetaHeader, MetaKind, OnDisk};
 
 use crate::JournalError;
 use crate::inode_ops::{create_fits, write_free_inode};
-use crate::item::IntentId;
+use crate::item::{IntentId, IntentWork};
 use crate::log_scan::LogWindow;
 use crate::writer::{Layout, Position};
 
@@ -22,7 +22,7 @@ use crate::writer::{Layout, Position};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingIntent {
     pub id: IntentId,
-    pub extents: Vec<FreeExtent>,
+    pub work: IntentWork,
 }
 
 /// What recovery found and did.
@@ -118,9 +118,9 @@ pub(crate) fn recover(
     let max_sequence = walk.iter().map(|h| h.checkpoint_sequence).max();
     report.unfinished_intents = pending
         .into_iter()
-        .map(|(id, extents)| PendingIntent {
+        .map(|(id, work)| PendingIntent {
             id: IntentId(id),
-            extents,
+            work,
         })
         .collect();
     Ok(Recovered {
@@ -218,7 +218,8 @@ fn scan(
                         LogItem::Buffer { block, regions, .. } if regions.is_empty() => {
                             checkpoint.cancels.push((block.0, checkpoint.items));
                         }
-                        LogItem::ExtentFreeIntent { intent_id, .. } => {
+                        LogItem::ExtentFreeIntent { intent_id, .. }
+                        | LogItem::ShiftIntent { intent_id, .. } => {
                             max_intent = max_intent.max(Some(intent_id));
                         }
                         _ => {}
@@ -351,7 +352,7 @@ impl<'d> Replay<'d> {
         window: &mut LogWindow<'_>,
         checkpoints: &[Checkpoint],
         report: &mut RecoveryReport,
-    ) -> Result<BTreeMap<u64, Vec<FreeExtent>>, JournalError> {
+    ) -> Result<BTreeMap<u64, IntentWork>, JournalError> {
         let complete: Vec<&Checkpoint> = checkpoints
             .iter()
             .filter(|c| c.started && c.committed)
@@ -384,7 +385,7 @@ impl<'d> Replay<'d> {
         window: &mut LogWindow<'_>,
         checkpoint: &Checkpoint,
         pass: &Pass<'_>,
-        pending: &mut BTreeMap<u64, Vec<FreeExtent>>,
+        pending: &mut BTreeMap<u64, IntentWork>,
         report: &mut RecoveryReport,
     ) -> Result<(), JournalError> {
         let mut item_index = 0;
@@ -424,7 +425,7 @@ impl<'d> Replay<'d> {
         item: &LogItem,
         lsn: Lsn,
         cancelled: impl Fn(FsBlock) -> bool,
-        pending: &mut BTreeMap<u64, Vec<FreeExtent>>,
+        pending: &mut BTreeMap<u64, IntentWork>,
     ) -> Result<bool, JournalError> {
         Ok(match item {
             LogItem::Buffer { regions, .. } if regions.is_empty() => false,
@@ -441,10 +442,14 @@ impl<'d> Replay<'d> {
                 self.apply_inode_create(*block, create, lsn)?
             }
             LogItem::ExtentFreeIntent { intent_id, extents } => {
-                pending.insert(*intent_id, extents.clone());
+                pending.insert(*intent_id, IntentWork::Free(extents.clone()));
                 true
             }
-            LogItem::ExtentFreeDone { intent_id, .. } => {
+            LogItem::ShiftIntent { intent_id, shift } => {
+                pending.insert(*intent_id, IntentWork::Shift(*shift));
+                true
+            }
+            LogItem::ExtentFreeDone { intent_id, .. } | LogItem::ShiftDone { intent_id } => {
                 pending.remove(intent_id);
                 true
             }

@@ -5,13 +5,13 @@ use std::sync::atomic::Ordering;
 
 use cairn_bufcache::{BufGuard, BufKey, ReadSpec};
 use cairn_format::limits::LOG_INTENT_EXTENTS_MAX;
-use cairn_format::log::{FreeExtent, InodeCreate};
+use cairn_format::log::{FreeExtent, InodeCreate, ShiftIntent};
 use cairn_format::{InodeNumber, Lsn};
 
 use crate::JournalError;
 use crate::cil::BufferCommit;
 use crate::config::LogMode;
-use crate::item::{CommitSequence, IntentId};
+use crate::item::{CommitSequence, IntentId, IntentKind, IntentWork};
 use crate::journal::Journal;
 use crate::reservation::Reservation;
 use crate::stats::bump;
@@ -34,8 +34,8 @@ pub struct Transaction<'j> {
     reservation: Reservation,
     joined: Vec<Joined<'j>>,
     inodes: Vec<(InodeNumber, Vec<u8>)>,
-    intents: Vec<(IntentId, Vec<FreeExtent>)>,
-    dones: Vec<IntentId>,
+    intents: Vec<(IntentId, IntentWork)>,
+    dones: Vec<(IntentId, IntentKind)>,
     /// Whether device writes that completed before the commit must be durable before its
     /// checkpoint's commit record (see `orders_no_data`).
     orders_data: bool,
@@ -234,19 +234,35 @@ impl<'j> Transaction<'j> {
 
     /// Logs the intent to free `extents`; a later transaction logs its done item.
     pub fn log_free_intent(&mut self, extents: &[FreeExtent]) -> IntentId {
+        self.log_intent(IntentWork::Free(extents.to_vec()))
+    }
+
+    /// Logs a collapse or insert range in progress (`shift`); each later step logs the done
+    /// item of the previous intent and a new one, the last only the done item
+    /// (`log_shift_done`).
+    pub fn log_shift_intent(&mut self, shift: &ShiftIntent) -> IntentId {
+        self.log_intent(IntentWork::Shift(*shift))
+    }
+
+    fn log_intent(&mut self, work: IntentWork) -> IntentId {
         let id = IntentId(
             self.journal
                 .inner
                 .next_intent
                 .fetch_add(1, Ordering::Relaxed),
         );
-        self.intents.push((id, extents.to_vec()));
+        self.intents.push((id, work));
         id
     }
 
-    /// Logs that the intent `intent` is finished.
+    /// Logs that the extent-free intent `intent` is finished.
     pub fn log_free_done(&mut self, intent: IntentId) {
-        self.dones.push(intent);
+        self.dones.push((intent, IntentKind::Free));
+    }
+
+    /// Logs that the shift intent `intent` is finished (or superseded by a newer one).
+    pub fn log_shift_done(&mut self, intent: IntentId) {
+        self.dones.push((intent, IntentKind::Shift));
     }
 
     /// Declares that this transaction makes no device write before it reachable: no block
@@ -282,9 +298,9 @@ impl<'j> Transaction<'j> {
             }
             self.journal.inner.cluster_of(*inode)?;
         }
-        for (_, extents) in &self.intents {
-            if extents.len() > LOG_INTENT_EXTENTS_MAX {
-                let (count, max) = (extents.len(), LOG_INTENT_EXTENTS_MAX);
+        for (_, work) in &self.intents {
+            if work.len() > LOG_INTENT_EXTENTS_MAX {
+                let (count, max) = (work.len(), LOG_INTENT_EXTENTS_MAX);
                 return Err(JournalError::TooManyExtents { count, max });
             }
         }
@@ -361,13 +377,13 @@ impl<'j> Transaction<'j> {
             logged += 1;
             relogged += u64::from(cil.insert_inode(inode, image));
         }
-        for (id, extents) in self.intents.drain(..) {
+        for (id, work) in self.intents.drain(..) {
             logged += 1;
-            cil.insert_intent(id, extents);
+            cil.insert_intent(id, work);
         }
-        for id in self.dones.drain(..) {
+        for (id, kind) in self.dones.drain(..) {
             logged += 1;
-            cil.insert_done(id);
+            cil.insert_done(id, kind);
         }
         if cil.current.commits == 0 {
             cil.current.first_commit_at = Some(std::time::Instant::now());

@@ -181,7 +181,10 @@ fn unfinished_intents_are_reported_and_relogged() {
     let (recovered, report) = open(&crashed, &sb, quiet(LogMode::Delayed));
     assert_eq!(report.unfinished_intents.len(), 1);
     assert_eq!(report.unfinished_intents[0].id, open_intent);
-    assert_eq!(report.unfinished_intents[0].extents, extents.to_vec());
+    assert_eq!(
+        report.unfinished_intents[0].work,
+        cairn_journal::IntentWork::Free(extents.to_vec())
+    );
     // Relogged: a second crash before the allocator finishes still reports it.
     let again = crash(&crashed);
     let mut tx = recovered.begin(reservation(&sb, 0)).unwrap();
