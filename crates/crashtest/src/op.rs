@@ -185,6 +185,8 @@ impl fmt::Display for Op {
                     FallocateMode::PunchHole => "punch",
                     FallocateMode::ZeroRange { keep_size: false } => "zero",
                     FallocateMode::ZeroRange { keep_size: true } => "zero keep-size",
+                    FallocateMode::CollapseRange => "collapse",
+                    FallocateMode::InsertRange => "insert",
                 };
                 write!(f, "fallocate({path}, {offset}, {len}, {mode})")
             }
@@ -237,7 +239,18 @@ pub fn valid(model: &Model, op: &Op) -> bool {
                 .xattrs
                 .contains_key(name.as_bytes())
         }),
-        Op::Fallocate { path, .. } => file(path),
+        Op::Fallocate {
+            path,
+            offset,
+            len,
+            mode,
+        } => {
+            let size = |id: NodeId| model.nodes[id].current().content.len() as u64;
+            file(path)
+                && model
+                    .node_at(path)
+                    .is_some_and(|id| fallocate_fits(size(id), *offset, *len, *mode))
+        }
         Op::Fsync(path) | Op::Fdatasync(path) => kind_at(model, path).is_some(),
         Op::Sync | Op::Wait | Op::Unmount | Op::Writeback => true,
     }
@@ -323,8 +336,34 @@ fn fallocated(content: &[u8], offset: u64, len: u64, mode: FallocateMode) -> Vec
         }
         FallocateMode::PunchHole => zeroed(content, offset, end, false),
         FallocateMode::ZeroRange { keep_size } => zeroed(content, offset, end, !keep_size),
+        FallocateMode::CollapseRange => {
+            let mut content = content.to_vec();
+            content.drain(offset as usize..end as usize);
+            content
+        }
+        FallocateMode::InsertRange => {
+            let mut content = content.to_vec();
+            let hole = std::iter::repeat_n(0, len as usize);
+            content.splice(offset as usize..offset as usize, hole);
+            content
+        }
     }
 }
+
+/// Whether a fallocate of `offset..offset + len` in `mode` suits a file of `size` bytes:
+/// collapse and insert take block-aligned ranges (`SHIFT_ALIGN`), a collapse one that ends
+/// before the end of the file, an insert one that starts inside it (XFS's rules).
+fn fallocate_fits(size: u64, offset: u64, len: u64, mode: FallocateMode) -> bool {
+    let aligned = offset.is_multiple_of(SHIFT_ALIGN) && len.is_multiple_of(SHIFT_ALIGN);
+    match mode {
+        FallocateMode::CollapseRange => aligned && offset + len < size,
+        FallocateMode::InsertRange => aligned && offset < size,
+        _ => true,
+    }
+}
+
+/// The block size of the explorer's images, which collapse and insert ranges align to.
+pub const SHIFT_ALIGN: u64 = 4096;
 
 /// Applies `op` (valid on `model`) at `step`; `inode` is the real inode of a new node.
 /// Returns the node the op created or changed, if any.

@@ -8,7 +8,7 @@
 //! mount finishes (`Filesystem::finish_intents`).
 
 use cairn_blockdev::AlignedBuf;
-use cairn_journal::Reservation;
+use cairn_journal::{Reservation, ShiftKind};
 
 use crate::bmap::{FileMap, Mapping, Placement, commit_unmap, step_reservation};
 use crate::data::check_data_file;
@@ -57,6 +57,12 @@ impl Filesystem {
         }
         let block_size = u64::from(self.geometry.block_size);
         let keep_size = match mode {
+            FallocateMode::CollapseRange => {
+                return self.shift_range(&handle, (offset, len), ShiftKind::Collapse, who);
+            }
+            FallocateMode::InsertRange => {
+                return self.shift_range(&handle, (offset, len), ShiftKind::Insert, who);
+            }
             FallocateMode::Allocate { keep_size } => {
                 let range = (offset / block_size, end.div_ceil(block_size));
                 self.preallocate(inode, &handle.data, range)?;

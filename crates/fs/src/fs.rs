@@ -10,7 +10,9 @@ use cairn_blockdev::{AlignedBuf, BlockDevice, FileDevice, OpenOptions};
 use cairn_bufcache::{BufKey, BufferCache, CacheConfig, HeaderOps, ReadSpec};
 use cairn_format::limits::BLOCK_SIZE_MAX;
 use cairn_format::{Agf, BtreeLayout, Geometry, InodeNumber, MetaKind, OnDisk, Superblock};
-use cairn_journal::{Journal, JournalConfig, RecoveryReport, Reservation, inode_cluster_spec};
+use cairn_journal::{
+    IntentWork, Journal, JournalConfig, RecoveryReport, Reservation, inode_cluster_spec,
+};
 
 use crate::FsError;
 use crate::glue::Tx;
@@ -402,13 +404,21 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Frees the extents of intents recovery found unfinished, then logs their done items.
+    /// Finishes the intents recovery found unfinished (frees their extents, or completes
+    /// their collapse or insert range), logging their done items.
     fn finish_intents(&self) -> Result<(), FsError> {
         for intent in self.recovery.unfinished_intents.clone() {
+            let extents = match intent.work {
+                IntentWork::Free(extents) => extents,
+                IntentWork::Shift(shift) => {
+                    crate::shift::finish_intent(self, intent.id, &shift)?;
+                    continue;
+                }
+            };
             let mut tx = self.begin_finishing(Reservation::remove(&self.geometry))?;
             let sequence = crate::glue::free_sequence(&self.journal);
             // Ascending AG order, as the allocator requires within one transaction.
-            let mut extents = intent.extents.clone();
+            let mut extents = extents.clone();
             extents.sort_by_key(|extent| extent.start.0);
             for extent in &extents {
                 self.alloc.free(

@@ -47,6 +47,7 @@ mod recovery;
 mod remove;
 mod rename;
 mod seek;
+mod shift;
 mod symlink;
 #[cfg(test)]
 mod test_device;

@@ -67,7 +67,7 @@ impl Preallocs {
         entry.1 = Instant::now();
     }
 
-    fn take(&self, inode: u64) -> Option<u64> {
+    pub(crate) fn take(&self, inode: u64) -> Option<u64> {
         self.ranges.lock().remove(&inode).map(|(end, _)| end)
     }
 

@@ -236,9 +236,18 @@ pub enum RenameMode {
 /// What `fallocate` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FallocateMode {
-    Allocate { keep_size: bool },
+    Allocate {
+        keep_size: bool,
+    },
     PunchHole,
-    ZeroRange { keep_size: bool },
+    ZeroRange {
+        keep_size: bool,
+    },
+    /// Removes the (block-aligned) range; what follows moves down, the size shrinks by it.
+    CollapseRange,
+    /// Inserts a hole of the (block-aligned) range's length at its offset; what follows
+    /// moves up, the size grows by it.
+    InsertRange,
 }
 
 /// What `seek` looks for.

@@ -31,7 +31,7 @@ pub(super) fn fopen_flags(handle: u64) -> FopenFlags {
 }
 
 /// The filesystem mode of fallocate(2) mode bits; `None` for combinations it does not
-/// offer (collapse, insert, unshare, or a hole punch without KEEP_SIZE, which the kernel
+/// offer (unshare, write zeroes, or a hole punch without KEEP_SIZE, which the kernel
 /// refuses anyway).
 pub(super) fn fallocate_mode(mode: i32) -> Option<FallocateMode> {
     let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
@@ -39,6 +39,10 @@ pub(super) fn fallocate_mode(mode: i32) -> Option<FallocateMode> {
         0 => Some(FallocateMode::Allocate { keep_size }),
         libc::FALLOC_FL_PUNCH_HOLE if keep_size => Some(FallocateMode::PunchHole),
         libc::FALLOC_FL_ZERO_RANGE => Some(FallocateMode::ZeroRange { keep_size }),
+        // Linux takes these two alone (not with KEEP_SIZE). The kernel's FUSE does not
+        // forward them as of 6.18 (`fuse_file_fallocate` refuses them itself).
+        libc::FALLOC_FL_COLLAPSE_RANGE if !keep_size => Some(FallocateMode::CollapseRange),
+        libc::FALLOC_FL_INSERT_RANGE if !keep_size => Some(FallocateMode::InsertRange),
         _ => None,
     }
 }
@@ -121,7 +125,15 @@ mod tests {
             fallocate_mode(libc::FALLOC_FL_ZERO_RANGE | keep),
             Some(FallocateMode::ZeroRange { keep_size: true })
         );
-        assert_eq!(fallocate_mode(libc::FALLOC_FL_COLLAPSE_RANGE), None);
+        assert_eq!(
+            fallocate_mode(libc::FALLOC_FL_COLLAPSE_RANGE),
+            Some(FallocateMode::CollapseRange)
+        );
+        assert_eq!(
+            fallocate_mode(libc::FALLOC_FL_INSERT_RANGE),
+            Some(FallocateMode::InsertRange)
+        );
+        assert_eq!(fallocate_mode(libc::FALLOC_FL_INSERT_RANGE | keep), None);
         assert_eq!(seek_kind(libc::SEEK_DATA), Some(SeekKind::Data));
         assert_eq!(seek_kind(libc::SEEK_HOLE), Some(SeekKind::Hole));
         assert_eq!(seek_kind(libc::SEEK_SET), None);
