@@ -280,6 +280,7 @@ impl Checker<'_> {
         }
         if core.file_type().is_some() {
             self.note_inode(number, raw, &core);
+            self.check_special_size(number, &core);
             // The data fork's checks see the block count less the attr fork's blocks.
             let attr_blocks = self.check_attr_fork(number, raw, &core);
             if self.repairing && attr_blocks > 0 {
@@ -307,6 +308,24 @@ impl Checker<'_> {
             .add(Problem::new("inode", Some(number.0), message));
         if self.repairing && !queued {
             self.findings.restamp_inodes.push(number.0);
+        }
+    }
+
+    /// A device, FIFO or socket (a whiteout among them: a character device 0/0) holds no
+    /// data: its size is 0. Repair sets it so.
+    fn check_special_size(&mut self, number: InodeNumber, core: &InodeCore) {
+        if core.data_format != ForkFormat::Device || core.size == 0 {
+            return;
+        }
+        let message = format!(
+            "inode {number}: a {:?} of size {} (special files hold no data)",
+            core.file_type().unwrap_or(FileType::Unknown),
+            core.size
+        );
+        self.report
+            .add(Problem::new("inode", Some(number.0), message));
+        if self.repairing {
+            self.findings.wrong_size.insert(number.0, 0);
         }
     }
 
@@ -377,7 +396,7 @@ impl Checker<'_> {
             self.report
                 .add(Problem::new("inode", Some(number.0), message));
             if self.repairing {
-                self.findings.wrong_dir_size.insert(number.0, size);
+                self.findings.wrong_size.insert(number.0, size);
             }
         }
     }

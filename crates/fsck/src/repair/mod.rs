@@ -44,6 +44,7 @@ use std::path::Path;
 
 use cairn_blockdev::{AlignedBuf, BlockDevice, DeviceError};
 use cairn_format::header::stamp;
+use cairn_format::types::NULL_AG_INODE;
 use cairn_format::{FormatError, FsBlock, Geometry, Superblock};
 
 use crate::FsckError;
@@ -200,7 +201,13 @@ impl<'a> Repairer<'a> {
                 break;
             }
         }
-        let heads: BTreeMap<u32, Vec<u32>> = survey.unlinked_heads.iter().cloned().collect();
+        let mut heads: BTreeMap<u32, Vec<u32>> = survey.unlinked_heads.iter().cloned().collect();
+        for &(ag, bucket) in &survey.findings.broken_buckets {
+            if let Some(head) = heads.get_mut(&ag).and_then(|list| list.get_mut(bucket)) {
+                *head = NULL_AG_INODE;
+                self.action(format!("AG {ag}: unlinked bucket {bucket} emptied"));
+            }
+        }
         let claims = std::mem::take(&mut survey.claims);
         let chunks = std::mem::take(&mut survey.findings.chunks);
         drop(survey);
