@@ -84,6 +84,18 @@ fn run(bounds: Bounds) -> Result<Tally, CrashError> {
         &mut tally,
         suite::crash_run_after(&setup, &xattrs, &config)?,
     );
+    // Collapse and insert range on a tree-mapped file, with the default log and with every
+    // transaction durable at its commit (crash points between the shift's steps).
+    let shifts: Vec<_> = workload::shift()
+        .into_iter()
+        .step_by(stride.min(2))
+        .collect();
+    let setup = cairn_crashtest::op::shift_setup_ops();
+    for log_sync in [false, true] {
+        let shift_config = ExploreConfig { log_sync, ..config };
+        let shift_tally = suite::crash_run_after(&setup, &shifts, &shift_config)?;
+        suite::merge(&mut tally, shift_tally);
+    }
     eprintln!("crash: {} ({:?})", tally.summary(), started.elapsed());
     // The one-op and random workloads again on a mount with online discard: no discard may
     // zero a block that recovery or a durable file still needs.
