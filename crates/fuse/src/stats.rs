@@ -492,7 +492,7 @@ mod tests {
         assert_eq!(write.count, 1);
         assert_eq!(write.errors, 1);
         assert!(lookup.max_ns <= lookup.total_ns);
-        assert_eq!(OP_NAMES.len(), Op::CopyFileRange as usize + 1);
+        assert_eq!(OP_NAMES.len(), Op::Tmpfile as usize + 1);
     }
 
     // A latency's bucket has an upper bound at or above it and at most 25% over it, and
