@@ -405,10 +405,10 @@ fn inode_fields(unit: &[u8]) -> Vec<Field> {
         ("attr_extent_count", 148, 2),
         ("attr_offset", 150, 2),
         ("rdev", 152, 4),
-        ("spare@156", 156, 4),
+        ("project_id", 156, 4),
         ("cow_extent_size_hint", 160, 4),
-        ("spare@164", 164, 8),
-        ("spare@172", 172, 4),
+        ("spare@164", 164, 4),
+        ("spare@168", 168, 8),
     ]);
     let literal = INODE_CORE_SIZE;
     let attr_offset = usize::from(get_u16(unit, 150));

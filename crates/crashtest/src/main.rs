@@ -91,6 +91,18 @@ fn run(bounds: Bounds) -> Result<Tally, CrashError> {
         &mut tally,
         suite::crash_run_after(&setup, &xattrs, &config)?,
     );
+    // Collapse and insert range on a tree-mapped file, with the default log and with every
+    // transaction durable at its commit (crash points between the shift's steps).
+    let shifts: Vec<_> = workload::shift()
+        .into_iter()
+        .step_by(stride.min(2))
+        .collect();
+    let setup = cairn_crashtest::op::shift_setup_ops();
+    for log_sync in [false, true] {
+        let shift_config = ExploreConfig { log_sync, ..config };
+        let shift_tally = suite::crash_run_after(&setup, &shifts, &shift_config)?;
+        suite::merge(&mut tally, shift_tally);
+    }
     eprintln!("crash: {} ({:?})", tally.summary(), started.elapsed());
     // The one-op and random workloads again on a mount with online discard: no discard may
     // zero a block that recovery or a durable file still needs.
@@ -135,8 +147,9 @@ fn run(bounds: Bounds) -> Result<Tally, CrashError> {
 }
 
 /// The crash runs again on mounts with write-behind: the write-behind workloads, the replace
-/// patterns and random ones with a small cap (writers over it write back mid-workload) and a large one (data
-/// stays in memory until an op writes it back), the one- and two-op workloads with the
+/// patterns and random ones with a small cap (writers over it write back mid-workload) and
+/// a large one (data stays in memory until an op writes it back), the one- and two-op
+/// workloads with the
 /// large cap, the write-behind workloads with every transaction durable at its commit (so
 /// crash points fall inside a writeback), then the out-of-space rounds with write-behind.
 fn write_behind_pass(stride: usize, config: &ExploreConfig) -> Result<Tally, CrashError> {

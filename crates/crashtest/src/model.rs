@@ -16,6 +16,8 @@ pub enum NodeKind {
     File,
     Dir,
     Symlink,
+    /// A whiteout (`RENAME_WHITEOUT`): a character device 0/0.
+    Whiteout,
 }
 
 /// Extended attributes of a node at one moment.

@@ -39,6 +39,22 @@ pub enum Op {
         to: Path,
         mode: RenameMode,
     },
+    /// `renameat2(from, to, RENAME_WHITEOUT)` (`mode` Replace or NoReplace): `from` becomes
+    /// a whiteout, a character device 0/0, in the rename's transaction.
+    RenameWhiteout {
+        from: Path,
+        to: Path,
+        mode: RenameMode,
+    },
+    /// How programs put a file in place with `O_TMPFILE`: an unnamed file in `path`'s
+    /// directory, `len` bytes of the pattern of write `id` written and fsynced, then
+    /// `linkat` gives it the name `path`, then close. Crash points before the link find an
+    /// unnamed file on the unlinked list, which mount frees.
+    Tmpfile {
+        path: Path,
+        len: u64,
+        id: u64,
+    },
     /// Set attribute `name` (a full name, "user.x") to `len` bytes of the pattern of `id`.
     SetXattr {
         path: Path,
@@ -129,8 +145,12 @@ impl Op {
             | Self::Symlink { path, .. }
             | Self::SetXattr { path, .. }
             | Self::RemoveXattr { path, .. }
-            | Self::Fallocate { path, .. } => path,
-            Self::Link { to, .. } | Self::Rename { to, .. } | Self::Clone { to, .. } => to,
+            | Self::Fallocate { path, .. }
+            | Self::Tmpfile { path, .. } => path,
+            Self::Link { to, .. }
+            | Self::Rename { to, .. }
+            | Self::RenameWhiteout { to, .. }
+            | Self::Clone { to, .. } => to,
             Self::Sync | Self::Wait | Self::Unmount | Self::Writeback => "",
         }
     }
@@ -200,6 +220,11 @@ impl fmt::Display for Op {
                 RenameMode::NoReplace => write!(f, "rename({from}, {to}, noreplace)"),
                 RenameMode::Exchange => write!(f, "rename({from}, {to}, exchange)"),
             },
+            Self::RenameWhiteout { from, to, mode } => match mode {
+                RenameMode::NoReplace => write!(f, "rename({from}, {to}, noreplace|whiteout)"),
+                _ => write!(f, "rename({from}, {to}, whiteout)"),
+            },
+            Self::Tmpfile { path, len, .. } => write!(f, "tmpfile({path}, {len})"),
             Self::SetXattr {
                 path, name, len, ..
             } => write!(f, "setxattr({path}, {name}, {len})"),
@@ -216,6 +241,8 @@ impl fmt::Display for Op {
                     FallocateMode::PunchHole => "punch",
                     FallocateMode::ZeroRange { keep_size: false } => "zero",
                     FallocateMode::ZeroRange { keep_size: true } => "zero keep-size",
+                    FallocateMode::CollapseRange => "collapse",
+                    FallocateMode::InsertRange => "insert",
                 };
                 write!(f, "fallocate({path}, {offset}, {len}, {mode})")
             }
@@ -270,6 +297,10 @@ pub fn valid(model: &Model, op: &Op) -> bool {
                 && model.children(path).is_empty()
         }
         Op::Rename { from, to, mode } => rename_valid(model, from, to, *mode),
+        Op::RenameWhiteout { from, to, mode } => {
+            *mode != RenameMode::Exchange && rename_valid(model, from, to, *mode)
+        }
+        Op::Tmpfile { path, .. } => fresh(model, path),
         Op::SetXattr { path, .. } => {
             matches!(kind_at(model, path), Some(NodeKind::File | NodeKind::Dir))
         }
@@ -279,7 +310,18 @@ pub fn valid(model: &Model, op: &Op) -> bool {
                 .xattrs
                 .contains_key(name.as_bytes())
         }),
-        Op::Fallocate { path, .. } => file(path),
+        Op::Fallocate {
+            path,
+            offset,
+            len,
+            mode,
+        } => {
+            let size = |id: NodeId| model.nodes[id].current().content.len() as u64;
+            file(path)
+                && model
+                    .node_at(path)
+                    .is_some_and(|id| fallocate_fits(size(id), *offset, *len, *mode))
+        }
         Op::Fsync(path) | Op::Fdatasync(path) => kind_at(model, path).is_some(),
         Op::Sync | Op::Wait | Op::Unmount | Op::Writeback => true,
     }
@@ -381,8 +423,34 @@ fn fallocated(content: &[u8], offset: u64, len: u64, mode: FallocateMode) -> Vec
         }
         FallocateMode::PunchHole => zeroed(content, offset, end, false),
         FallocateMode::ZeroRange { keep_size } => zeroed(content, offset, end, !keep_size),
+        FallocateMode::CollapseRange => {
+            let mut content = content.to_vec();
+            content.drain(offset as usize..end as usize);
+            content
+        }
+        FallocateMode::InsertRange => {
+            let mut content = content.to_vec();
+            let hole = std::iter::repeat_n(0, len as usize);
+            content.splice(offset as usize..offset as usize, hole);
+            content
+        }
     }
 }
+
+/// Whether a fallocate of `offset..offset + len` in `mode` suits a file of `size` bytes:
+/// collapse and insert take block-aligned ranges (`SHIFT_ALIGN`), a collapse one that ends
+/// before the end of the file, an insert one that starts inside it (XFS's rules).
+fn fallocate_fits(size: u64, offset: u64, len: u64, mode: FallocateMode) -> bool {
+    let aligned = offset.is_multiple_of(SHIFT_ALIGN) && len.is_multiple_of(SHIFT_ALIGN);
+    match mode {
+        FallocateMode::CollapseRange => aligned && offset + len < size,
+        FallocateMode::InsertRange => aligned && offset < size,
+        _ => true,
+    }
+}
+
+/// The block size of the explorer's images, which collapse and insert ranges align to.
+pub const SHIFT_ALIGN: u64 = 4096;
 
 /// Applies `op` (valid on `model`) at `step`; `inode` is the real inode of a new node.
 /// Returns the node the op created or changed, if any.
@@ -468,6 +536,18 @@ pub fn apply(model: &mut Model, op: &Op, step: Option<usize>, inode: u64) -> Opt
         Op::Rename { from, to, mode } => {
             apply_rename(model, from, to, *mode);
             model.node_at(to)
+        }
+        Op::RenameWhiteout { from, to, mode } => {
+            apply_rename(model, from, to, *mode);
+            // `inode` is the whiteout's: it takes the old name in the same step.
+            model.add(from, NodeKind::Whiteout, inode, step);
+            model.node_at(to)
+        }
+        Op::Tmpfile { path, len, id } => {
+            let node = model.add(path, NodeKind::File, inode, step);
+            let content = pattern(*id, 0, *len as usize);
+            model.set_state(node, at, content, crate::model::Xattrs::new());
+            Some(node)
         }
         Op::SetXattr {
             path,
@@ -562,6 +642,24 @@ pub fn xattr_setup_ops() -> Vec<Op> {
         name: bulk_xattr(index),
         len: (index % 40 + 1) as u64,
         id: 500 + index as u64,
+    }));
+    ops
+}
+
+/// One-block extents `shift_setup_ops` gives "frag": more than an inode holds inline, so
+/// its map is an extent tree, and more than one shift step moves.
+pub const SHIFT_EXTENTS: u64 = 40;
+
+/// `setup_ops` plus "frag": `SHIFT_EXTENTS` blocks of data with a hole after each, the
+/// setup of the collapse and insert workloads.
+pub fn shift_setup_ops() -> Vec<Op> {
+    let mut ops = setup_ops();
+    ops.push(Op::Create("frag".into()));
+    ops.extend((0..SHIFT_EXTENTS).map(|index| Op::Write {
+        path: "frag".into(),
+        offset: 2 * index * SHIFT_ALIGN,
+        len: SHIFT_ALIGN,
+        id: 600 + index,
     }));
     ops
 }

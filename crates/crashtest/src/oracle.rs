@@ -25,7 +25,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cairn_fs::{FileKind, RenameMode};
+use cairn_fs::{FallocateMode, FileKind, RenameMode};
 
 use crate::model::{NodeId, NodeKind, Path, Version, join, name_of, parent_of};
 use crate::op::Op;
@@ -67,6 +67,7 @@ fn kind_matches(kind: NodeKind, seen: FileKind) -> bool {
         (NodeKind::File, FileKind::Regular)
             | (NodeKind::Dir, FileKind::Directory)
             | (NodeKind::Symlink, FileKind::Symlink)
+            | (NodeKind::Whiteout, FileKind::CharDevice)
     )
 }
 
@@ -375,6 +376,7 @@ impl<'a> Expectation<'a> {
                     let since = self.replaced.get(&(path.to_string(), node)).copied();
                     let versions = self.allowed_versions(node, &self.contents, since);
                     content_ok(&seen.content, &versions, self.trace.write_behind)
+                        .and_then(|()| self.shift_whole(&versions, seen))
                         .and_then(|()| self.xattrs_ok(node, seen))
                 }
                 NodeKind::Dir => self.xattrs_ok(node, seen),
@@ -383,6 +385,11 @@ impl<'a> Expectation<'a> {
                     String::from_utf8_lossy(&seen.target)
                 )),
                 NodeKind::Symlink => Ok(()),
+                NodeKind::Whiteout if seen.rdev != 0 || seen.size != 0 => Err(format!(
+                    "whiteout with device {:#x} and size {}",
+                    seen.rdev, seen.size
+                )),
+                NodeKind::Whiteout => Ok(()),
             };
             match verdict {
                 Ok(()) => return Ok(()),
@@ -437,6 +444,40 @@ impl Expectation<'_> {
             }
         }
         problems
+    }
+
+    /// A file whose allowed versions come only from the setup and from collapse or insert
+    /// ranges equals one of them whole: a shift is logged so that a crash leaves the file
+    /// as it was before it or after it, while `content_ok` takes each sector on its own and
+    /// would pass a file half shifted.
+    fn shift_whole(&self, versions: &[&Version], seen: &crate::walk::Seen) -> Result<(), String> {
+        let is_shift = |step: usize| {
+            matches!(
+                self.trace.steps[step].op,
+                Op::Fallocate {
+                    mode: FallocateMode::CollapseRange | FallocateMode::InsertRange,
+                    ..
+                }
+            )
+        };
+        let shifts = versions
+            .iter()
+            .filter(|v| v.step.is_some_and(is_shift))
+            .count();
+        let setup = versions.iter().filter(|v| v.step.is_none()).count();
+        if shifts == 0 || shifts + setup != versions.len() {
+            return Ok(());
+        }
+        let whole = |v: &&&Version| {
+            v.content.len() as u64 == seen.size && v.content.starts_with(&seen.content)
+        };
+        match versions.iter().any(|v| whole(&v)) {
+            true => Ok(()),
+            false => Err(format!(
+                "{} bytes equal no version whole: a collapse or insert half done",
+                seen.size
+            )),
+        }
     }
 
     /// The recovered attributes equal those of one allowed version (each change is atomic).
@@ -602,6 +643,7 @@ mod tests {
                 kind,
                 nlink,
                 size: 0,
+                rdev: 0,
                 content: Vec::new(),
                 target: Vec::new(),
                 xattrs: Default::default(),

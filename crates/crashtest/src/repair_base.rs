@@ -9,7 +9,8 @@
 //! forms of issue 19: a file of 400 attributes (the index form: a two-level index tree over
 //! some twenty leaves, with remote values and an ACL among them) and POSIX ACLs in an
 //! inode's short form (a file's access ACL, a directory's access and default ACLs) and in a
-//! leaf block.
+//! leaf block; issue 31's inode flags, an inherited extent size hint and project ids;
+//! and a whiteout and an unnamed O_TMPFILE file on its unlinked list (issue 32).
 //!
 //! It also takes the reference the sweep compares a repaired image with: every inode the
 //! walk reaches with its contents, target and attributes, and every (directory, name, inode)
@@ -21,7 +22,10 @@ use std::sync::Arc;
 use cairn_blockdev::MemDevice;
 use cairn_format::acl::{Acl, AclEntry, AclTag};
 use cairn_format::{Geometry, Superblock};
-use cairn_fs::{Credentials, FileKind, Filesystem, FsError, MountOptions, XattrFlags};
+use cairn_fs::{
+    Credentials, FileAttributes, FileKind, Filesystem, FsError, InodeFlags, MountOptions,
+    XattrFlags,
+};
 
 use crate::CrashError;
 use crate::image::{self, SECTOR_BYTES};
@@ -202,8 +206,72 @@ fn populate(fs: &Filesystem) -> Result<BTreeMap<&'static str, u64>, CrashError> 
     let frag = fragmented_file(fs)?;
     roles.insert("frag", frag);
     roles.insert("frag-clone", cloned_file(fs, frag)?);
+    roles.extend(container_objects(fs, e)?);
     cut_free_space(fs, e)?;
+    roles.insert("flagged", flagged_inodes(fs, e, fifo)?);
     Ok(roles)
+}
+
+/// The inode flags, extent size hints and project ids of issue 31: directory `dir` gets
+/// sync, no-atime, no-dump, project inheritance, a 32 KiB hint and project id 42, which
+/// the file made in it then inherits (and holds data under); `fifo` becomes immutable.
+/// Set last, so the files made before allocate as they always did.
+fn flagged_inodes(fs: &Filesystem, dir: u64, fifo: u64) -> Result<u64, CrashError> {
+    let who = Credentials::root();
+    let attributes = FileAttributes {
+        flags: InodeFlags {
+            sync: true,
+            no_atime: true,
+            no_dump: true,
+            project_inherit: true,
+            ..InodeFlags::default()
+        },
+        extent_size_hint: 32 << 10,
+        project_id: 42,
+    };
+    fs.set_file_attributes(dir, &attributes, &who, true)
+        .map_err(fs_error("set_file_attributes"))?;
+    let flagged = fs
+        .create(dir, b"flagged", FileKind::Regular, 0o644, 0, &who)
+        .map_err(fs_error("create"))?
+        .inode;
+    fs.write(flagged, 0, &pattern(9, 0, 5000))
+        .map_err(fs_error("write"))?;
+    let mut fixed = fs
+        .file_attributes(fifo)
+        .map_err(fs_error("file_attributes"))?
+        .attributes;
+    fixed.flags.immutable = true;
+    fs.set_file_attributes(fifo, &fixed, &who, true)
+        .map_err(fs_error("set_file_attributes"))?;
+    Ok(flagged)
+}
+
+/// Container storage's objects (issue 32): a whiteout (`rename_whiteout` leaves a character
+/// device 0/0 under the old name) and an unnamed O_TMPFILE file holding data, left open, so
+/// that the clean unmount leaves it on its unlinked list as a crash would (the next mount
+/// frees it; nothing names it, so the reference never holds it).
+fn container_objects(fs: &Filesystem, dir: u64) -> Result<Vec<(&'static str, u64)>, CrashError> {
+    let who = Credentials::root();
+    fs.create(dir, b"moved-away", FileKind::Regular, 0o644, 0, &who)
+        .map_err(fs_error("create"))?;
+    let mode = cairn_fs::RenameMode::Replace;
+    fs.rename_whiteout(dir, b"moved-away", dir, b"moved", mode, &who)
+        .map_err(fs_error("rename_whiteout"))?;
+    let whiteout = fs
+        .lookup(dir, b"moved-away")
+        .map_err(fs_error("lookup"))?
+        .inode;
+    let unnamed = fs
+        .tmpfile(fs.root(), 0o600, false, &who)
+        .map_err(fs_error("tmpfile"))?
+        .inode;
+    // Never released: open at the unmount.
+    fs.open(unnamed, true, false, false, &who)
+        .map_err(fs_error("open"))?;
+    fs.write(unnamed, 0, &pattern(12, 0, 5000))
+        .map_err(fs_error("write"))?;
+    Ok(vec![("whiteout", whiteout), ("unnamed", unnamed)])
 }
 
 /// The big directory: `BIG_DIR_ENTRIES` files and a few subdirectories, then every

@@ -876,6 +876,19 @@ fn inspect_repaired(path: &Path) -> Result<Snapshot, String> {
         .map_err(|e| format!("mount after repair: {e}"))?;
     let after = walk_snapshot(&fs).map_err(|e| format!("the repaired image: {e}"))?;
     let who = Credentials::root();
+    // Damage may leave the root immutable or append-only, which is a valid state repair
+    // cannot tell from a choice: clear them first, as an administrator would (chattr -ia).
+    let root = fs.root();
+    let mut attributes = fs
+        .file_attributes(root)
+        .map_err(|e| format!("the root's attributes: {e}"))?
+        .attributes;
+    if attributes.flags.immutable || attributes.flags.append_only {
+        attributes.flags.immutable = false;
+        attributes.flags.append_only = false;
+        fs.set_file_attributes(root, &attributes, &who, true)
+            .map_err(|e| format!("chattr -ia of the root: {e}"))?;
+    }
     let made = fs
         .create(
             fs.root(),

@@ -171,6 +171,26 @@ pub fn perform(fs: &Filesystem, op: &Op) -> Result<u64, FsError> {
             fs.rename(old_dir, &name(from), new_dir, &name(to), *mode, &who)
                 .map(|()| 0)
         }
+        Op::RenameWhiteout { from, to, mode } => {
+            let (old_dir, new_dir) = (parent(from)?, parent(to)?);
+            fs.rename_whiteout(old_dir, &name(from), new_dir, &name(to), *mode, &who)?;
+            resolve(fs, from)
+        }
+        Op::Tmpfile { path, len, id } => {
+            let dir = parent(path)?;
+            let inode = fs.tmpfile(dir, 0o644, false, &who)?.inode;
+            let file = fs.open(inode, true, false, false, &who)?;
+            let written = fs
+                .write(inode, 0, &pattern(*id, 0, *len as usize))
+                .and_then(|written| fs.fsync(inode, false).map(|()| written))
+                .and_then(|written| fs.link(inode, dir, &name(path), &who).map(|_| written));
+            fs.release(file)?;
+            fs.forget(inode, 1 + u64::from(written.is_ok()));
+            if u64::from(written?) != *len {
+                return Err(FsError::InvalidArgument("short write"));
+            }
+            Ok(inode)
+        }
         Op::SetXattr {
             path,
             name,

@@ -23,6 +23,8 @@ pub struct Seen {
     pub kind: FileKind,
     pub nlink: u32,
     pub size: u64,
+    /// Device number of a device node.
+    pub rdev: u32,
     /// File contents, read up to the walk's limit.
     pub content: Vec<u8>,
     /// Symlink target.
@@ -180,6 +182,7 @@ fn examine(
         kind: attr.kind,
         nlink: attr.nlink,
         size: attr.size,
+        rdev: attr.rdev,
         content: Vec::new(),
         target: Vec::new(),
         xattrs: Xattrs::new(),

@@ -54,6 +54,22 @@ fn rename(from: &str, to: &str, mode: RenameMode) -> Op {
     }
 }
 
+fn rename_whiteout(from: &str, to: &str, mode: RenameMode) -> Op {
+    Op::RenameWhiteout {
+        from: from.into(),
+        to: to.into(),
+        mode,
+    }
+}
+
+fn tmpfile(path: &str, len: u64) -> Op {
+    Op::Tmpfile {
+        path: path.into(),
+        len,
+        id: 0,
+    }
+}
+
 fn setxattr(path: &str, name: &str, len: u64) -> Op {
     Op::SetXattr {
         path: path.into(),
@@ -66,8 +82,9 @@ fn setxattr(path: &str, name: &str, len: u64) -> Op {
 /// The operations the systematic generator combines, on names of the setup tree: create,
 /// mkdir, write (new file, overwrite aligned and not, append, past the end), truncate (to
 /// zero, mid-block, up), link, unlink, rmdir, symlink, rename (within and across
-/// directories, over a file, a directory, no-replace, exchange), setxattr (new, replace,
-/// on a directory, large), removexattr, and fallocate in every mode.
+/// directories, over a file, a directory, no-replace, exchange, leaving a whiteout),
+/// O_TMPFILE then linkat, setxattr (new, replace, on a directory, large), removexattr,
+/// and fallocate in every mode (collapse and insert range included).
 pub fn op_templates() -> Vec<Op> {
     vec![
         Op::Create("new".into()),
@@ -101,6 +118,11 @@ pub fn op_templates() -> Vec<Op> {
         rename("A/C", "B/C2", RenameMode::NoReplace),
         rename("foo", "A/bar", RenameMode::Exchange),
         rename("B", "A/C", RenameMode::Exchange),
+        rename_whiteout("foo", "A/foo2", RenameMode::Replace),
+        rename_whiteout("foo", "A/bar", RenameMode::Replace),
+        rename_whiteout("A/C", "B/C2", RenameMode::NoReplace),
+        tmpfile("A/tmp", 10000),
+        tmpfile("new", 100),
         setxattr("foo", "user.n", 40),
         setxattr("foo", "user.s", 3000),
         setxattr("A/C", "user.d", 100),
@@ -133,6 +155,8 @@ pub fn op_templates() -> Vec<Op> {
             4000,
             FallocateMode::ZeroRange { keep_size: false },
         ),
+        fallocate("foo", 4096, 4096, FallocateMode::CollapseRange),
+        fallocate("foo", 4096, 8192, FallocateMode::InsertRange),
     ]
 }
 
@@ -149,7 +173,7 @@ pub fn persist_choices(model: &Model, done: &Op) -> Vec<Op> {
         }
     }
     choices.push(Op::Fsync(parent_of(path).into()));
-    if let Op::Rename { from, .. } = done
+    if let Op::Rename { from, .. } | Op::RenameWhiteout { from, .. } = done
         && parent_of(from) != parent_of(path)
         && model.is_dir(parent_of(from))
     {
@@ -166,6 +190,7 @@ fn number_writes(ops: &mut [Op]) {
         if let Op::Write { id, .. }
         | Op::WriteDirect { id, .. }
         | Op::Rewrite { id, .. }
+        | Op::Tmpfile { id, .. }
         | Op::SetXattr { id, .. } = step
         {
             *id = 1000 + index as u64;
@@ -279,6 +304,59 @@ pub fn xattr_index() -> Vec<Workload> {
         vec![setxattr("foo", "user.large", 20_000)],
         vec![remove(5), setxattr("foo", &op::bulk_xattr(6), 600)],
         vec![Op::Unlink("foo".into())],
+    ];
+    let mut out = Vec::new();
+    for ops in sequences {
+        let Some(after) = try_apply(&setup, &ops) else {
+            continue;
+        };
+        let last = ops.last().cloned().unwrap_or(Op::Sync);
+        for persist in persist_choices(&after, &last) {
+            let mut ops = ops.clone();
+            ops.push(persist);
+            out.push(workload(ops));
+        }
+    }
+    out
+}
+
+/// The collapse and insert workloads (run after `op::shift_setup_ops`, which makes "frag"
+/// an extent tree of `SHIFT_EXTENTS` one-block extents): collapses and inserts at its start,
+/// in its middle (edges inside extents and in holes) and near its end, a shift after a
+/// write, two shifts in a row; each followed by each of its persistence calls. With
+/// `logmode=sync` crash points fall between a shift's steps; the oracle then holds the
+/// file to one whole version (`Expectation::shift_whole`).
+pub fn shift() -> Vec<Workload> {
+    let mut setup = setup_model();
+    for setup_op in op::shift_setup_ops().iter().skip(op::setup_ops().len()) {
+        op::apply(&mut setup, setup_op, None, 0);
+    }
+    let block = op::SHIFT_ALIGN;
+    let collapse = |offset: u64, len: u64| {
+        fallocate(
+            "frag",
+            offset * block,
+            len * block,
+            FallocateMode::CollapseRange,
+        )
+    };
+    let insert = |offset: u64, len: u64| {
+        fallocate(
+            "frag",
+            offset * block,
+            len * block,
+            FallocateMode::InsertRange,
+        )
+    };
+    let sequences = vec![
+        vec![collapse(0, 3)],
+        vec![collapse(5, 4)],
+        vec![collapse(60, 12)],
+        vec![insert(0, 2)],
+        vec![insert(7, 5)],
+        vec![insert(70, 1)],
+        vec![write("frag", 3 * block, 2 * block), collapse(2, 6)],
+        vec![insert(10, 3), collapse(1, 5)],
     ];
     let mut out = Vec::new();
     for ops in sequences {

@@ -155,3 +155,45 @@ fn regression_fill_many_writers_no_deadlock() {
     };
     judge("fill, three writers", &tally.unwrap());
 }
+
+// The collapse and insert workloads on a tree-mapped file, with every transaction durable at
+// its commit (`logmode=sync`: crash points between a shift's steps, where recovery must
+// finish it) and with the default log; the oracle holds the file to one whole version.
+#[test]
+fn crash_collapse_and_insert() {
+    let workloads = workload::shift();
+    assert!(workloads.len() >= 8);
+    let setup = cairn_crashtest::op::shift_setup_ops();
+    let log_sync: Vec<_> = workloads.iter().step_by(2).cloned().collect();
+    let config = ExploreConfig {
+        log_sync: true,
+        ..fast_config()
+    };
+    let tally = suite::crash_run_after(&setup, &log_sync, &config).unwrap();
+    assert!(tally.crash_states > 0);
+    judge("collapse and insert, sync log", &tally);
+    let delayed: Vec<_> = workloads.iter().skip(1).step_by(3).cloned().collect();
+    let tally = suite::crash_run_after(&setup, &delayed, &fast_config()).unwrap();
+    judge("collapse and insert", &tally);
+}
+
+// O_TMPFILE then linkat (crash points before the link find an unnamed file on the
+// unlinked list, after it the named file) and whiteout renames, every persistence call.
+#[test]
+fn crash_tmpfile_and_whiteouts() {
+    let wanted = |w: &&workload::Workload| {
+        let first = w.ops[0].to_string();
+        first.starts_with("tmpfile") || first.contains("whiteout")
+    };
+    let workloads: Vec<_> = workload::seq1().iter().filter(wanted).cloned().collect();
+    assert!(workloads.len() >= 20, "{} workloads", workloads.len());
+    let tally = suite::crash_run(&workloads, &fast_config()).unwrap();
+    judge("tmpfile and whiteouts", &tally);
+    let config = ExploreConfig {
+        log_sync: true,
+        ..fast_config()
+    };
+    let sample: Vec<_> = workloads.iter().step_by(4).cloned().collect();
+    let tally = suite::crash_run(&sample, &config).unwrap();
+    judge("tmpfile and whiteouts, sync log", &tally);
+}

@@ -31,7 +31,7 @@
 //! | 148    | 2    | attr_extent_count  | extents in the attr fork                        |
 //! | 150    | 2    | attr_offset        | attr fork start in 8-byte units, 0 = none       |
 //! | 152    | 4    | rdev               | device number (Device format)                   |
-//! | 156    | 4    | spare              | zero; reserved for growth                       |
+//! | 156    | 4    | project_id         | stored for project quotas (not enforced)        |
 //! | 160    | 4    | cow_extent_size_hint | blocks, 0 = none (reflink: CoW allocations)   |
 //! | 164    | 12   | spare              | zero; reserved for growth                       |
 //!
@@ -57,7 +57,8 @@ const XATTR_INDEX_ROOT_BYTES: usize = 16;
 use crate::extent::{Extent, decode_extents, encode_extents};
 use crate::header::{Expected, MetaHeader, verify_header};
 use crate::limits::{
-    BTREE_LEVELS_MAX, FILE_BLOCK_MAX, FS_BLOCK_MAX, INODE_SIZE_MAX, INODE_SIZE_MIN, SYMLINK_LEN_MAX,
+    BTREE_LEVELS_MAX, EXTENT_LEN_MAX, FILE_BLOCK_MAX, FS_BLOCK_MAX, INODE_SIZE_MAX, INODE_SIZE_MIN,
+    SYMLINK_LEN_MAX,
 };
 use crate::ondisk::{
     OnDisk, bad_field, check_zero, get_i64, get_u8, get_u16, get_u32, get_u64, need, put_i64,
@@ -80,12 +81,43 @@ pub const INODE_FLAG_NOATIME: u32 = 1 << 3;
 pub const INODE_FLAG_NODUMP: u32 = 1 << 4;
 /// Directory: new files inherit the directory's extent size hint.
 pub const INODE_FLAG_EXTSIZE_INHERIT: u32 = 1 << 5;
+/// Directory: new files inherit the directory's project id (and new directories this flag).
+pub const INODE_FLAG_PROJECT_INHERIT: u32 = 1 << 6;
 /// Regular file (reflink feature): its data fork may map blocks other files map too, so
 /// freeing or writing its blocks goes through the refcount tree.
 pub const INODE_FLAG_REFLINK: u32 = 1 << 8;
 /// Directory (reflink feature): new files inherit its CoW extent size hint.
 pub const INODE_FLAG_COWEXTSIZE: u32 = 1 << 9;
-pub const INODE_FLAGS_KNOWN: u32 = ((1 << 6) - 1) | INODE_FLAG_REFLINK | INODE_FLAG_COWEXTSIZE;
+pub const INODE_FLAGS_KNOWN: u32 = ((1 << 7) - 1) | INODE_FLAG_REFLINK | INODE_FLAG_COWEXTSIZE;
+/// Flags only a directory may carry.
+pub const INODE_FLAGS_DIRECTORY_ONLY: u32 =
+    INODE_FLAG_EXTSIZE_INHERIT | INODE_FLAG_PROJECT_INHERIT | INODE_FLAG_COWEXTSIZE;
+
+/// The flags' names, in bit order (`flag_names`).
+const FLAG_NAMES: [(u32, &str); 9] = [
+    (INODE_FLAG_IMMUTABLE, "immutable"),
+    (INODE_FLAG_APPEND, "append"),
+    (INODE_FLAG_SYNC, "sync"),
+    (INODE_FLAG_NOATIME, "noatime"),
+    (INODE_FLAG_NODUMP, "nodump"),
+    (INODE_FLAG_EXTSIZE_INHERIT, "extsize-inherit"),
+    (INODE_FLAG_PROJECT_INHERIT, "project-inherit"),
+    (INODE_FLAG_REFLINK, "reflink"),
+    (INODE_FLAG_COWEXTSIZE, "cowextsize-inherit"),
+];
+
+/// The names of the flags set in `flags` (unknown bits as their hex value).
+pub fn flag_names(flags: u32) -> Vec<String> {
+    let mut names: Vec<String> = FLAG_NAMES
+        .iter()
+        .filter(|(bit, _)| flags & bit != 0)
+        .map(|(_, name)| (*name).to_string())
+        .collect();
+    if flags & !INODE_FLAGS_KNOWN != 0 {
+        names.push(format!("{:#x}", flags & !INODE_FLAGS_KNOWN));
+    }
+    names
+}
 
 const NANOSECONDS_PER_SECOND: u32 = 1_000_000_000;
 
@@ -197,6 +229,8 @@ pub struct InodeCore {
     pub mtime: Timestamp,
     pub ctime: Timestamp,
     pub btime: Timestamp,
+    /// Blocks; 0 = none. A regular file allocates in whole units of it; a directory holds
+    /// it only with EXTSIZE_INHERIT, for the files made in it.
     pub extent_size_hint: u32,
     pub next_unlinked: u32,
     pub data_extent_count: u32,
@@ -205,6 +239,7 @@ pub struct InodeCore {
     pub rdev: u32,
     /// Blocks a copy-on-write allocates at least (aligned), 0 = the filesystem's choice.
     pub cow_extent_size_hint: u32,
+    pub project_id: u32,
 }
 
 /// Bytes of the literal area of an inode of `inode_size` bytes.
@@ -273,6 +308,7 @@ impl InodeCore {
             ));
         }
         self.check_formats()?;
+        self.check_flags()?;
         let data_bytes = self.data_fork_range(inode_size).len();
         self.check_fork_fill(self.data_format, data_bytes, self.data_extent_count, "data")?;
         if let (Some(format), Some(range)) = (self.attr_format, self.attr_fork_range(inode_size)) {
@@ -322,6 +358,52 @@ impl InodeCore {
                 "attr_offset",
                 self.attr_offset.into(),
                 "disagrees with attr_format",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Flags and the extent size hint suit the file type: the inheriting flags belong to
+    /// directories, a hint to regular files and to directories that pass it on (with
+    /// EXTSIZE_INHERIT, which needs one), and a hint fits in one extent. A free inode's
+    /// leftovers are not checked (a new inode starts from zero).
+    fn check_flags(&self) -> Result<(), FormatError> {
+        let at = self.header.blkno;
+        let bad = |field, value: u64, why| bad_field(Self::NAME, at, field, value, why);
+        let Some(file_type) = self.file_type() else {
+            return Ok(());
+        };
+        let flags = self.flags;
+        let directory = file_type == FileType::Directory;
+        if !directory && flags & INODE_FLAGS_DIRECTORY_ONLY != 0 {
+            return Err(bad(
+                "flags",
+                flags.into(),
+                "inheriting flags on a non-directory",
+            ));
+        }
+        let hint = self.extent_size_hint;
+        let inherits = flags & INODE_FLAG_EXTSIZE_INHERIT != 0;
+        let hint_allowed = match file_type {
+            FileType::Regular => true,
+            FileType::Directory => inherits,
+            _ => false,
+        };
+        if hint != 0 && !hint_allowed {
+            return Err(bad(
+                "extent_size_hint",
+                hint.into(),
+                "a hint on an inode that cannot use it",
+            ));
+        }
+        if inherits && hint == 0 {
+            return Err(bad("flags", flags.into(), "EXTSIZE_INHERIT without a hint"));
+        }
+        if hint > EXTENT_LEN_MAX {
+            return Err(bad(
+                "extent_size_hint",
+                hint.into(),
+                "longer than an extent",
             ));
         }
         Ok(())
@@ -404,10 +486,9 @@ impl OnDisk for InodeCore {
         put_u16(out, 148, self.attr_extent_count);
         put_u16(out, 150, self.attr_offset);
         put_u32(out, 152, self.rdev);
+        put_u32(out, 156, self.project_id);
         put_u32(out, 160, self.cow_extent_size_hint);
-        for spare in INODE_SPARE {
-            out[spare].fill(0);
-        }
+        out[INODE_SPARE].fill(0);
     }
 
     fn decode(raw: &[u8]) -> Result<Self, FormatError> {
@@ -418,9 +499,7 @@ impl OnDisk for InodeCore {
         if mode != 0 && FileType::from_mode(mode).is_none() {
             return Err(bad("mode", mode.into(), "unknown file type"));
         }
-        for spare in INODE_SPARE {
-            check_zero(Self::NAME, header.blkno, "spare", raw, spare)?;
-        }
+        check_zero(Self::NAME, header.blkno, "spare", raw, INODE_SPARE)?;
         let data_format = ForkFormat::from_code(get_u8(raw, 50))
             .ok_or_else(|| bad("data_format", get_u8(raw, 50).into(), "unknown fork format"))?;
         let attr_code = get_u8(raw, 51);
@@ -464,21 +543,69 @@ impl OnDisk for InodeCore {
             attr_extent_count: get_u16(raw, 148),
             attr_offset: get_u16(raw, 150),
             rdev: get_u32(raw, 152),
+            project_id: get_u32(raw, 156),
             cow_extent_size_hint: get_u32(raw, 160),
         })
     }
 }
 
 /// The spare bytes of the inode core (zero; reserved for growth).
-pub const INODE_SPARE: [std::ops::Range<usize>; 2] = [156..160, 164..INODE_CORE_SIZE];
+pub const INODE_SPARE: std::ops::Range<usize> = 164..INODE_CORE_SIZE;
 
-/// Zeroes the spare bytes of the inode `raw` (repair keeps an inode whose only fault they
-/// are; the caller re-stamps the CRC).
-pub fn clear_inode_spare(raw: &mut [u8]) {
-    for range in INODE_SPARE {
-        if let Some(spare) = raw.get_mut(range) {
-            spare.fill(0);
-        }
+/// Zeroes what the verifiers refuse in the core of inode `raw` and a kept inode can do
+/// without: the spare bytes, unknown flags, flags its file type may not carry, and an
+/// extent size hint it cannot use (with the flag that passes it on). Returns the names of
+/// the fields it changed; the caller re-stamps the CRC. Repair keeps an inode whose only
+/// faults these are. A hint above `hint_blocks_max` (`extent_size_hint_max`) goes too.
+pub fn clear_inode_reserved(raw: &mut [u8], hint_blocks_max: u32) -> Vec<&'static str> {
+    let mut cleared = Vec::new();
+    let Some(spare) = raw.get_mut(INODE_SPARE) else {
+        return cleared;
+    };
+    if spare.iter().any(|&b| b != 0) {
+        spare.fill(0);
+        cleared.push("spare bytes");
+    }
+    let file_type = FileType::from_mode(get_u16(raw, 48));
+    let mut flags = get_u32(raw, 68);
+    let mut hint = get_u32(raw, 136);
+    if flags & !INODE_FLAGS_KNOWN != 0 {
+        flags &= INODE_FLAGS_KNOWN;
+        cleared.push("unknown flags");
+    }
+    if file_type.is_some_and(|t| t != FileType::Directory)
+        && flags & INODE_FLAGS_DIRECTORY_ONLY != 0
+    {
+        flags &= !INODE_FLAGS_DIRECTORY_ONLY;
+        cleared.push("directory flags");
+    }
+    let inherits = flags & INODE_FLAG_EXTSIZE_INHERIT != 0;
+    let fits = hint <= EXTENT_LEN_MAX.min(hint_blocks_max);
+    let usable = match file_type {
+        Some(FileType::Regular) => fits,
+        Some(FileType::Directory) => inherits && hint != 0 && fits,
+        Some(_) => hint == 0,
+        None => true,
+    };
+    if !usable {
+        hint = 0;
+        flags &= !INODE_FLAG_EXTSIZE_INHERIT;
+        cleared.push("extent size hint");
+    }
+    put_u32(raw, 68, flags);
+    put_u32(raw, 136, hint);
+    cleared
+}
+
+/// The largest extent size hint (blocks) for allocation groups of `ag_blocks` blocks: half
+/// an AG (as XFS), so that a whole hint-sized extent can still be found, and no longer
+/// than one extent.
+pub const fn extent_size_hint_max(ag_blocks: u32) -> u32 {
+    let half = ag_blocks / 2;
+    if half < EXTENT_LEN_MAX {
+        half
+    } else {
+        EXTENT_LEN_MAX
     }
 }
 
@@ -608,6 +735,7 @@ pub fn free_inode_core(header: MetaHeader, generation: u32) -> InodeCore {
         attr_offset: 0,
         rdev: 0,
         cow_extent_size_hint: 0,
+        project_id: 0,
     }
 }
 
@@ -683,9 +811,71 @@ mod tests {
             }) => {}
             other => panic!("not refused: {other:?}"),
         }
-        clear_inode_spare(&mut raw);
+        assert_eq!(clear_inode_reserved(&mut raw, u32::MAX), ["spare bytes"]);
         stamp(&mut raw, None);
         assert!(InodeCore::read(&raw, &expected).is_ok());
+    }
+
+    // Checks that flags and hints the file type cannot carry are refused, and that clearing
+    // the reserved parts makes such an inode read again with its valid flags kept.
+    #[test]
+    fn flags_must_suit_the_type() {
+        let refused = |core: InodeCore| match core.check(256) {
+            Err(FormatError::BadField { field, .. }) => field,
+            other => panic!("accepted or wrong error: {other:?}"),
+        };
+        let mut file = sample(0o100_644, ForkFormat::Extents);
+        file.flags = INODE_FLAG_PROJECT_INHERIT | INODE_FLAG_IMMUTABLE;
+        assert_eq!(refused(file), "flags");
+        let mut dir = sample(0o040_755, ForkFormat::Local);
+        dir.flags = INODE_FLAG_EXTSIZE_INHERIT;
+        assert_eq!(refused(dir), "flags");
+        dir.flags = 0;
+        dir.extent_size_hint = 8;
+        assert_eq!(refused(dir), "extent_size_hint");
+        let mut link = sample(0o120_777, ForkFormat::Local);
+        link.extent_size_hint = 8;
+        assert_eq!(refused(link), "extent_size_hint");
+        file.flags = 0;
+        file.extent_size_hint = EXTENT_LEN_MAX + 1;
+        assert_eq!(refused(file), "extent_size_hint");
+        dir.flags = INODE_FLAG_EXTSIZE_INHERIT | INODE_FLAG_PROJECT_INHERIT | INODE_FLAG_SYNC;
+        assert!(dir.check(256).is_ok());
+        let expected = Expected {
+            kind: MetaKind::Inode,
+            blkno: INO,
+            uuid: UUID,
+            owner: Some(INO),
+        };
+        let mut bad_file = sample(0o100_644, ForkFormat::Extents);
+        bad_file.flags = INODE_FLAG_APPEND | INODE_FLAG_EXTSIZE_INHERIT;
+        bad_file.extent_size_hint = EXTENT_LEN_MAX + 1;
+        bad_file.project_id = 7;
+        let mut raw = vec![0u8; 256];
+        bad_file.encode(&mut raw);
+        put_u32(&mut raw, 68, bad_file.flags | 1 << 30);
+        stamp(&mut raw, None);
+        assert!(InodeCore::read(&raw, &expected).is_err());
+        let cleared = clear_inode_reserved(&mut raw, u32::MAX);
+        assert_eq!(
+            cleared,
+            ["unknown flags", "directory flags", "extent size hint"]
+        );
+        stamp(&mut raw, None);
+        let read = InodeCore::read(&raw, &expected).unwrap();
+        assert_eq!(read.flags, INODE_FLAG_APPEND);
+        assert_eq!((read.extent_size_hint, read.project_id), (0, 7));
+        assert!(clear_inode_reserved(&mut raw, u32::MAX).is_empty());
+        bad_file.flags = INODE_FLAG_APPEND;
+        bad_file.extent_size_hint = 64;
+        bad_file.encode(&mut raw);
+        assert_eq!(clear_inode_reserved(&mut raw, 32), ["extent size hint"]);
+        assert_eq!(extent_size_hint_max(100), 50);
+        let names = flag_names(INODE_FLAG_IMMUTABLE | INODE_FLAG_PROJECT_INHERIT | 1 << 10);
+        assert_eq!(names, ["immutable", "project-inherit", "0x400"]);
+        let names = flag_names(INODE_FLAG_REFLINK | INODE_FLAG_COWEXTSIZE);
+        assert_eq!(names, ["reflink", "cowextsize-inherit"]);
+        assert_eq!(extent_size_hint_max(u32::MAX), EXTENT_LEN_MAX);
     }
 
     // Checks that fork formats must suit the file type and counts must fit the fork.
@@ -732,10 +922,10 @@ mod tests {
 
         #[test]
         fn inode_core_round_trip(
-            kind in 0usize..8, perm in 0u16..0o7777, ids: (u32, u32, u32, u32), flags in 0u32..64,
+            kind in 0usize..8, perm in 0u16..0o7777, ids: (u32, u32, u32, u32), flags in 0u32..128,
             reflink_flags in 0u32..4, cow_extent_size_hint: u32,
             sizes: (u64, u64), times in proptest::array::uniform4(any_time()),
-            counts: (u32, u32, u16, u16), rdev: u32, attr in 0u8..4,
+            counts: (u32, u32, u16, u16), rdev: u32, attr in 0u8..4, project_id: u32,
         ) {
             let types = [
                 0u16, 0o100_000, 0o040_000, 0o020_000, 0o060_000, 0o010_000, 0o140_000, 0o120_000,
@@ -751,7 +941,7 @@ mod tests {
                 atime: times[0], mtime: times[1], ctime: times[2], btime: times[3],
                 extent_size_hint: counts.0, next_unlinked: counts.1,
                 data_extent_count: counts.0 / 2, attr_extent_count: counts.2,
-                attr_offset: counts.3, rdev, cow_extent_size_hint,
+                attr_offset: counts.3, rdev, cow_extent_size_hint, project_id,
             };
             prop_assert_eq!(InodeCore::decode(&core.to_bytes()).unwrap(), core);
         }

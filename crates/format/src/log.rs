@@ -49,6 +49,8 @@
 //! | 7    | InodeCreate      | FsBlock   | `InodeCreate` (24 bytes)                          |
 //! | 10   | RefcountIntent   | intent id | count u32, 4 zero, updates                        |
 //! | 11   | RefcountDone     | intent id | count u32 (0), 4 zero                             |
+//! | 20   | ShiftIntent      | intent id | `ShiftIntent` (48 bytes)                          |
+//! | 21   | ShiftDone        | intent id | empty                                             |
 //!
 //! An Inode body may stop short of the inode size: the rest of the image is zero (replay
 //! zero-fills it), so an inode whose literal area is unused logs little more than its core.
@@ -64,11 +66,13 @@
 //! 2 Decrease (one file fewer: shared blocks lose a count, the others are freed), 3 Unstage
 //! (a copy-on-write's staging run is now in a file map: its staging record goes).
 //! InodeCreate: first_inode u64 @0, block_bytes u32
-//! @8, inode_size u32 @12, generation u32 @16, 4 zero bytes @20.
+//! @8, inode_size u32 @12, generation u32 @16, 4 zero bytes @20. ShiftIntent (collapse or
+//! insert range): inode u64 @0, generation u32 @8, kind u32 @12 (1 collapse, 2 insert),
+//! start u64 @16, blocks u64 @24, cursor u64 @32, new_size u64 @40.
 
 use crate::FormatError;
 use crate::limits::{
-    BLOCK_SIZE_MAX, EXTENT_LEN_MAX, FS_BLOCK_MAX, INODE_SIZE_MAX, INODE_SIZE_MIN,
+    BLOCK_SIZE_MAX, EXTENT_LEN_MAX, FILE_BLOCK_MAX, FS_BLOCK_MAX, INODE_SIZE_MAX, INODE_SIZE_MIN,
     LOG_INTENT_EXTENTS_MAX, LOG_ITEM_REGIONS_MAX,
 };
 use crate::ondisk::{
@@ -336,6 +340,88 @@ impl OnDisk for InodeCreate {
     }
 }
 
+/// Which way a shift (`ShiftIntent`) moves a file's extents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShiftKind {
+    /// `FALLOC_FL_COLLAPSE_RANGE`: the range goes, the extents past it move down.
+    Collapse = 1,
+    /// `FALLOC_FL_INSERT_RANGE`: the extents from the start move up, leaving a hole.
+    Insert = 2,
+}
+
+/// A `ShiftIntent` cursor of an insert that has moved nothing yet.
+pub const SHIFT_NOTHING_MOVED: u64 = u64::MAX;
+
+/// The body of a ShiftIntent item: a collapse or insert range of regular file `inode` (of
+/// `generation`) in progress, which recovery finishes. The extents at and past file block
+/// `start` move by `blocks` (down for a collapse, which first unmaps `start..start +
+/// blocks`; up for an insert), and the size ends at `new_size`. `cursor` says how far the
+/// move got, in the file's original blocks: for a collapse, the extents from `cursor` on
+/// are still to move (it starts at `start + blocks`, where the unmapping may be
+/// unfinished); for an insert, the extents from `cursor` on have moved (it starts at
+/// `SHIFT_NOTHING_MOVED`). Every step relogs the intent with its new cursor in the
+/// transaction that moves the extents, so a crash leaves the file before or after the shift.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShiftIntent {
+    pub inode: u64,
+    pub generation: u32,
+    pub kind: ShiftKind,
+    pub start: u64,
+    pub blocks: u64,
+    pub cursor: u64,
+    pub new_size: u64,
+}
+
+impl OnDisk for ShiftIntent {
+    const SIZE: usize = 48;
+    const NAME: &'static str = "shift intent item";
+
+    fn encode(&self, out: &mut [u8]) {
+        put_u64(out, 0, self.inode);
+        put_u32(out, 8, self.generation);
+        put_u32(out, 12, self.kind as u32);
+        put_u64(out, 16, self.start);
+        put_u64(out, 24, self.blocks);
+        put_u64(out, 32, self.cursor);
+        put_u64(out, 40, self.new_size);
+    }
+
+    fn decode(raw: &[u8]) -> Result<Self, FormatError> {
+        need(Self::NAME, raw, Self::SIZE)?;
+        let kind = match get_u32(raw, 12) {
+            1 => ShiftKind::Collapse,
+            2 => ShiftKind::Insert,
+            other => return Err(item_bad("kind", other.into(), "not a shift kind")),
+        };
+        let intent = Self {
+            inode: get_u64(raw, 0),
+            generation: get_u32(raw, 8),
+            kind,
+            start: get_u64(raw, 16),
+            blocks: get_u64(raw, 24),
+            cursor: get_u64(raw, 32),
+            new_size: get_u64(raw, 40),
+        };
+        let end = intent.start.checked_add(intent.blocks);
+        if intent.blocks == 0 || end.is_none_or(|end| end > FILE_BLOCK_MAX + 1) {
+            let why = "empty, or past FILE_BLOCK_MAX";
+            return Err(item_bad("blocks", intent.blocks, why));
+        }
+        let cursor_ok = match kind {
+            ShiftKind::Collapse => end.is_some_and(|end| intent.cursor >= end),
+            ShiftKind::Insert => intent.cursor >= intent.start,
+        };
+        if !cursor_ok {
+            return Err(item_bad(
+                "cursor",
+                intent.cursor,
+                "before where the shift starts",
+            ));
+        }
+        Ok(intent)
+    }
+}
+
 /// A log item: the unit of change a checkpoint carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogItem {
@@ -379,6 +465,14 @@ pub enum LogItem {
     RefcountDone {
         intent_id: u64,
     },
+    /// A collapse or insert range in progress (see `ShiftIntent`).
+    ShiftIntent {
+        intent_id: u64,
+        shift: ShiftIntent,
+    },
+    ShiftDone {
+        intent_id: u64,
+    },
 }
 
 const TYPE_BUFFER: u16 = 1;
@@ -390,6 +484,8 @@ const TYPE_CHECKPOINT_COMMIT: u16 = 6;
 const TYPE_INODE_CREATE: u16 = 7;
 const TYPE_REFCOUNT_INTENT: u16 = 10;
 const TYPE_REFCOUNT_DONE: u16 = 11;
+const TYPE_SHIFT_INTENT: u16 = 20;
+const TYPE_SHIFT_DONE: u16 = 21;
 const ITEM: &str = "log item";
 
 fn item_bad(field: &'static str, value: u64, why: &'static str) -> FormatError {
@@ -408,6 +504,8 @@ impl LogItem {
             Self::InodeCreate { block, .. } => (TYPE_INODE_CREATE, block.0),
             Self::RefcountIntent { intent_id, .. } => (TYPE_REFCOUNT_INTENT, *intent_id),
             Self::RefcountDone { intent_id } => (TYPE_REFCOUNT_DONE, *intent_id),
+            Self::ShiftIntent { intent_id, .. } => (TYPE_SHIFT_INTENT, *intent_id),
+            Self::ShiftDone { intent_id } => (TYPE_SHIFT_DONE, *intent_id),
         }
     }
 
@@ -452,6 +550,8 @@ impl LogItem {
                 body
             }
             Self::RefcountDone { .. } => vec![0u8; 8],
+            Self::ShiftIntent { shift, .. } => shift.to_bytes(),
+            Self::ShiftDone { .. } => Vec::new(),
         }
     }
 
@@ -494,7 +594,7 @@ impl LogItem {
             false => Err(item_bad(
                 "length",
                 body.len() as u64,
-                "checkpoint items have no body",
+                "checkpoint and shift done items have no body",
             )),
         };
         match kind {
@@ -540,6 +640,17 @@ impl LogItem {
                 decode_refcount_updates(body)?;
                 Ok(Self::RefcountDone { intent_id: id })
             }
+            TYPE_SHIFT_INTENT => {
+                if body.len() != ShiftIntent::SIZE {
+                    let why = "shift intent body is not 48 bytes";
+                    return Err(item_bad("length", body.len() as u64, why));
+                }
+                Ok(Self::ShiftIntent {
+                    intent_id: id,
+                    shift: ShiftIntent::decode(body)?,
+                })
+            }
+            TYPE_SHIFT_DONE => empty(Self::ShiftDone { intent_id: id }),
             _ => Err(item_bad("type", kind.into(), "unknown log item type")),
         }
     }
@@ -754,6 +865,19 @@ mod tests {
                 }],
             },
             LogItem::RefcountDone { intent_id: 2 },
+            LogItem::ShiftIntent {
+                intent_id: 3,
+                shift: ShiftIntent {
+                    inode: 4161,
+                    generation: 5,
+                    kind: ShiftKind::Collapse,
+                    start: 256,
+                    blocks: 16,
+                    cursor: 300,
+                    new_size: 7 << 20,
+                },
+            },
+            LogItem::ShiftDone { intent_id: 3 },
             LogItem::CheckpointCommit { sequence: 17 },
         ]
     }
@@ -983,6 +1107,27 @@ mod tests {
         }
 
         #[test]
+        fn shift_intent_round_trip(
+            id: u64, inode: u64, generation: u32, insert: bool, start in 0u64..1 << 40,
+            blocks in 1u64..1 << 40, past in 0u64..1 << 40, new_size: u64,
+        ) {
+            let (kind, cursor) = match insert {
+                true => (ShiftKind::Insert, start + past),
+                false => (ShiftKind::Collapse, start + blocks + past),
+            };
+            let shift = ShiftIntent { inode, generation, kind, start, blocks, cursor, new_size };
+            prop_assert_eq!(ShiftIntent::decode(&shift.to_bytes()).unwrap(), shift);
+            for item in [
+                LogItem::ShiftIntent { intent_id: id, shift },
+                LogItem::ShiftDone { intent_id: id },
+            ] {
+                let mut raw = Vec::new();
+                item.encode(&mut raw).unwrap();
+                prop_assert_eq!(decode_log_items(&raw, 1).unwrap(), vec![item]);
+            }
+        }
+
+        #[test]
         fn log_random_bytes_never_panic(
             raw in proptest::collection::vec(any::<u8>(), 0..1200), ops in 0u32..8,
         ) {
@@ -991,6 +1136,7 @@ mod tests {
             let _ = LogItem::decode(&raw);
             let _ = decode_log_items(&raw, ops);
             let _ = InodeCreate::decode(&raw);
+            let _ = ShiftIntent::decode(&raw);
         }
     }
 }

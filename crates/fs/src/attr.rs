@@ -4,8 +4,8 @@ use cairn_journal::Reservation;
 
 use crate::fs::Filesystem;
 use crate::inode::{Inode, InodeData, now, timestamp};
-use crate::types::{AtimeMode, Attr, Credentials, OpenFile, SetAttr, TimeOrNow};
-use crate::{FsError, perm};
+use crate::types::{AtimeMode, Attr, Credentials, OpenFile, OpenMode, SetAttr, TimeOrNow};
+use crate::{FsError, flags, perm};
 
 /// How old an access time may get before relatime updates it anyway (a day, as Linux).
 const RELATIME_SECONDS: i64 = 24 * 60 * 60;
@@ -30,6 +30,7 @@ impl Filesystem {
                 true => Ok(()),
                 false => self.permission(inode, &data, who, perm::WRITE),
             };
+            flags::check_setattr(&data, changes)?;
             check_setattr(&data, changes, who, write)?;
             match changes.mode {
                 Some(_) => self.acls(inode, &data)?.access,
@@ -57,7 +58,7 @@ impl Filesystem {
         Ok(data.attr(inode, self.geometry.block_size))
     }
 
-    /// Opens `inode`; `truncate` empties a regular file.
+    /// Opens `inode`; `truncate` empties a regular file. A writer that does not append.
     pub fn open(
         &self,
         inode: u64,
@@ -66,7 +67,29 @@ impl Filesystem {
         direct: bool,
         who: &Credentials,
     ) -> Result<OpenFile, FsError> {
+        let mode = OpenMode {
+            write,
+            append: false,
+            truncate,
+            direct,
+        };
+        self.open_with(inode, &mode, who)
+    }
+
+    /// Opens `inode` as `mode` says (the inode's flags may refuse it). A writer of a file
+    /// with the sync or the append-only flag gets a direct handle (`handle_is_direct`):
+    /// each write of the former is made durable before it returns, and each of the latter
+    /// is checked as it is made (`flags.rs`).
+    pub fn open_with(
+        &self,
+        inode: u64,
+        mode: &OpenMode,
+        who: &Credentials,
+    ) -> Result<OpenFile, FsError> {
+        let (write, truncate) = (mode.write, mode.truncate);
         let handle = self.live_inode(inode)?;
+        let guarded = write && flags::guards_writers(&handle.data.lock());
+        let direct = mode.direct || (write && flags::writes_through(&handle.data.lock()));
         if direct {
             // An O_DIRECT open sees the device: cached data goes there first.
             self.settle(&handle)?;
@@ -86,14 +109,22 @@ impl Filesystem {
                 };
             }
             self.permission(inode, &data, who, mask)?;
+            flags::check_open(&data, mode)?;
         }
         if truncate {
             self.truncate_on_open(inode, &handle, who)?;
         }
-        handle.data.lock().opens += 1;
+        {
+            let mut data = handle.data.lock();
+            data.opens += 1;
+            data.unguarded_writers += u64::from(write && !guarded);
+        }
         Ok(OpenFile {
             inode,
-            handle: self.new_handle() << 2 | u64::from(direct) << 1 | u64::from(write),
+            handle: self.new_handle() << 3
+                | u64::from(guarded) << 2
+                | u64::from(direct) << 1
+                | u64::from(write),
         })
     }
 
@@ -106,6 +137,9 @@ impl Filesystem {
             return;
         }
         let mut data = handle.data.lock();
+        if flags::keeps_atime(&data) {
+            return;
+        }
         let now = now();
         let core = &data.core;
         let due = match self.options.atime {
@@ -155,6 +189,9 @@ impl Filesystem {
         let free = {
             let mut data = handle.data.lock();
             data.opens = data.opens.saturating_sub(1);
+            if handle_is_writable(file.handle) && !handle_is_guarded(file.handle) {
+                data.unguarded_writers = data.unguarded_writers.saturating_sub(1);
+            }
             if data.opens == 0 && data.lookups == 0 {
                 self.inodes.note_idle(file.inode);
             }
@@ -185,14 +222,21 @@ impl Filesystem {
 }
 
 /// Whether an open handle was opened for writing (its lowest bit; see `open`).
-fn handle_is_writable(handle: u64) -> bool {
+pub(crate) fn handle_is_writable(handle: u64) -> bool {
     handle & 1 == 1
 }
 
 /// Whether an open handle was opened with `O_DIRECT` (its second bit; see `open`): its
-/// writes go through `Filesystem::write_direct`.
+/// writes go through `Filesystem::write_direct`. A writer of a file with the sync or the
+/// append-only flag gets such a handle too.
 pub fn handle_is_direct(handle: u64) -> bool {
     handle & 2 == 2
+}
+
+/// Whether a writable handle was opened while its file was append-only (its third bit;
+/// see `open_with`): its writes must append.
+pub(crate) fn handle_is_guarded(handle: u64) -> bool {
+    handle & 4 == 4
 }
 
 /// The permission rules of a setattr, as Linux's `setattr_prepare` applies them, adjusted

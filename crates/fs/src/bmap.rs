@@ -155,6 +155,8 @@ pub(crate) struct FileMap {
     allocated: Vec<Extent>,
     /// For a map loaded around ranges (`load_around`): what the list leaves out.
     window: Option<Window>,
+    /// Extents `move_extents` gave new file blocks since the last `store`, each `(old, new)`.
+    moved: Vec<(Extent, Extent)>,
 }
 
 /// A `FileMap` holding only the extents around some ranges of a tree-format fork.
@@ -193,6 +195,7 @@ impl FileMap {
             floor: 0,
             allocated: Vec::new(),
             window,
+            moved: Vec::new(),
         }
     }
 
@@ -220,6 +223,33 @@ impl FileMap {
         }
         list.sort_by_key(|e| e.file_block);
         list.dedup_by_key(|e| e.file_block);
+        Self::windowed(number, data, list, from_start)
+    }
+
+    /// Loads up to `count` extents from file block `from` on (`forward`), or the `count`
+    /// before it, and one more on each side (the whole map when it is inline): what a shift
+    /// step moves (`shift.rs`). Change only the extents strictly inside what it holds.
+    pub fn load_span<'c, X: Buffers<'c>>(
+        fs: &Filesystem,
+        ctx: &mut X,
+        number: u64,
+        data: &InodeData,
+        span: (u64, usize, bool),
+    ) -> Result<Self, FsError> {
+        if data.core.data_format != ForkFormat::Btree {
+            return Self::load(fs, ctx, number, data);
+        }
+        let (list, from_start) = bmap_tree::records_span(fs, number, data, ctx, span)?;
+        Self::windowed(number, data, list, from_start)
+    }
+
+    /// A map of `list`, part of the tree of `data` (`from_start`: its first record is).
+    fn windowed(
+        number: u64,
+        data: &InodeData,
+        list: Vec<Extent>,
+        from_start: bool,
+    ) -> Result<Self, FsError> {
         check_list(number, &list)?;
         let total = data.core.data_extent_count as usize;
         let outside = total.checked_sub(list.len()).ok_or_else(|| {
@@ -309,6 +339,51 @@ impl FileMap {
         }
         for piece in pieces {
             insert(&mut self.list, piece);
+        }
+    }
+
+    /// Gives extents new file blocks (a collapse or insert range, `shift.rs`): each
+    /// `(old, new)` keeps its disk blocks, length and state. The extents keep their order,
+    /// and none is merged with a neighbour, so `store` rewrites tree records in place and
+    /// never needs a block. All moves of one call go the same way.
+    pub fn move_extents(&mut self, moves: &[(Extent, Extent)]) -> Result<(), FsError> {
+        let mut ordered = moves.to_vec();
+        ordered.sort_by_key(|(old, _)| old.file_block);
+        if ordered
+            .first()
+            .is_some_and(|(old, new)| new.file_block > old.file_block)
+        {
+            // Moved up from the highest, so the list stays sorted as each is replaced.
+            ordered.reverse();
+        }
+        for &(old, new) in &ordered {
+            let index = self
+                .list
+                .binary_search_by_key(&old.file_block, |e| e.file_block)
+                .ok()
+                .filter(|&index| self.list[index] == old)
+                .ok_or_else(|| FsError::corrupt("file extent map", self.number, "moved a gap"))?;
+            debug_assert_eq!(
+                (old.fs_block, old.length, old.unwritten),
+                (new.fs_block, new.length, new.unwritten)
+            );
+            self.list[index] = new;
+        }
+        check_list(self.number, &self.list)?;
+        self.moved.extend_from_slice(moves);
+        Ok(())
+    }
+
+    /// Cuts the extent holding file block `block` in two there, not merging the pieces back:
+    /// the same blocks, one more record (a shift moves one piece and not the other).
+    pub fn split_at(&mut self, block: u64) {
+        let index = self.list.partition_point(|e| e.file_end() <= block);
+        if let Some(&extent) = self.list.get(index)
+            && extent.file_block < block
+        {
+            self.list[index] = piece(&extent, extent.file_block, block);
+            let upper = piece(&extent, block, extent.file_end());
+            self.list.insert(index + 1, upper);
         }
     }
 
@@ -460,6 +535,9 @@ impl FileMap {
                 bmap_tree::destroy(&mut ctx, self.number, data, &self.original)
                     .and_then(|()| store(data, &self.list))
             }
+            (true, _) if !self.moved.is_empty() => {
+                bmap_tree::move_records(&mut ctx, self.number, data, &self.moved, (first, total))
+            }
             (true, _) => bmap_tree::apply(
                 &mut ctx,
                 self.number,
@@ -468,6 +546,7 @@ impl FileMap {
                 (first, total),
             ),
         };
+        self.moved.clear();
         let delta = ctx.blocks_delta;
         data.core.block_count = data.core.block_count.saturating_add_signed(delta);
         if let Err(error) = result {

@@ -173,6 +173,52 @@ pub(crate) fn records_around<'c, X: Buffers<'c>>(
     Ok((list, from_start))
 }
 
+/// Up to `count` records from file block `from` on (`forward`), or the `count` before it,
+/// with one more on each side (the neighbours a windowed change must see), read through
+/// `ctx`; and whether the tree's first record is among them. What a shift step moves
+/// (`FileMap::load_span`): `records_around` needs the range's end, which depends on the
+/// records.
+pub(crate) fn records_span<'c, X: Buffers<'c>>(
+    fs: &Filesystem,
+    number: u64,
+    data: &InodeData,
+    ctx: &mut X,
+    (from, count, forward): (u64, usize, bool),
+) -> Result<(Vec<Extent>, bool), FsError> {
+    let tree = open(fs, number, data)?;
+    let before = match from.checked_sub(1) {
+        Some(file_block) => {
+            let key = cairn_format::BmapKey { file_block };
+            tree.lookup(ctx, &key, Lookup::Le)?
+        }
+        None => None,
+    };
+    let Some(anchor) = before.map_or_else(|| tree.first(ctx), |cursor| Ok(Some(cursor)))? else {
+        return Ok((Vec::new(), true));
+    };
+    let mut list = vec![tree.record(ctx, &anchor)?];
+    let (mut low, mut high) = (anchor.clone(), anchor);
+    let (below, above) = match forward {
+        true => (0, count + 1),
+        false => (count, 1),
+    };
+    for _ in 0..below {
+        if !tree.prev(ctx, &mut low)? {
+            break;
+        }
+        list.push(tree.record(ctx, &low)?);
+    }
+    for _ in 0..above {
+        if !tree.next(ctx, &mut high)? {
+            break;
+        }
+        list.push(tree.record(ctx, &high)?);
+    }
+    let from_start = !tree.prev(ctx, &mut low)?;
+    list.sort_by_key(|e| e.file_block);
+    Ok((list, from_start))
+}
+
 /// The first mapped file block, from the fork root's key.
 pub(crate) fn first_block(number: u64, data: &InodeData) -> Result<u64, FsError> {
     let root = BmapRoot::decode(data.data_fork())
@@ -250,6 +296,37 @@ pub(crate) fn apply(
     }
     for extent in &deleted {
         tree.delete(ctx, &key(extent))?;
+    }
+    write_root(data, &tree, first, count)
+}
+
+/// Rewrites the records `moves` names (each `(old, new)`: the same extent at a new file
+/// block, no record passing another) in place, so the tree's shape, and its blocks, stay:
+/// a collapse or insert range never needs a block for its map. Records moving down are
+/// rewritten from the lowest, records moving up from the highest, so each new key lies
+/// between its neighbours' when it is written. The root gets the map's first block `first`
+/// and its record count `count`.
+pub(crate) fn move_records(
+    ctx: &mut BmapCtx<'_, '_>,
+    number: u64,
+    data: &mut InodeData,
+    moves: &[(Extent, Extent)],
+    (first, count): (u64, usize),
+) -> Result<(), FsError> {
+    let mut tree = open(ctx.fs, number, data)?;
+    let mut ordered = moves.to_vec();
+    ordered.sort_by_key(|(old, _)| old.file_block);
+    if ordered
+        .first()
+        .is_some_and(|(old, new)| new.file_block > old.file_block)
+    {
+        ordered.reverse();
+    }
+    for (old, new) in &ordered {
+        let key = cairn_format::BmapKey {
+            file_block: old.file_block,
+        };
+        tree.update(ctx, &key, new)?;
     }
     write_root(data, &tree, first, count)
 }

@@ -21,7 +21,7 @@ use crate::fs::Filesystem;
 use crate::inode::{Inode, InodeData, now};
 use crate::iobuf::{self, ReadData};
 use crate::prealloc::WritePlan;
-use crate::types::Credentials;
+use crate::types::{Credentials, WriteOrigin};
 use crate::{FsError, perm};
 
 /// Largest single read or write, in bytes.
@@ -53,6 +53,26 @@ impl Filesystem {
     /// (this thread's spare, see `iobuf`), which is what a FUSE reply sends from.
     pub fn read_data(&self, inode: u64, offset: u64, len: u32) -> Result<ReadData, FsError> {
         let handle = self.live_inode(inode)?;
+        let read = self.read_inode_data(&handle, offset, len);
+        if read.is_ok() {
+            self.accessed(inode, &handle);
+        }
+        read
+    }
+
+    /// `read_data` that leaves the access time alone (a check of what is there).
+    pub(crate) fn read_unaccessed(
+        &self,
+        inode: u64,
+        offset: u64,
+        len: u32,
+    ) -> Result<ReadData, FsError> {
+        let handle = self.live_inode(inode)?;
+        self.read_inode_data(&handle, offset, len)
+    }
+
+    fn read_inode_data(&self, handle: &Inode, offset: u64, len: u32) -> Result<ReadData, FsError> {
+        let inode = handle.number;
         let pages = handle.io.read();
         let (size, generation) = {
             let data = handle.data.lock();
@@ -61,7 +81,6 @@ impl Filesystem {
         };
         let end = size.min(offset.saturating_add(u64::from(len)));
         if offset >= end {
-            self.accessed(inode, &handle);
             return Ok(ReadData::empty());
         }
         Self::count(&self.counters.reads, 1);
@@ -70,12 +89,11 @@ impl Filesystem {
         let first = offset / block_size;
         let mut buf = iobuf::take(((end.div_ceil(block_size) - first) * block_size) as usize);
         let extents = self.data_cache.inode(inode, generation);
-        if let Err(error) = self.read_blocks(&handle, &extents, first, &mut buf) {
+        if let Err(error) = self.read_blocks(handle, &extents, first, &mut buf) {
             iobuf::give_back(buf);
             return Err(error);
         }
         pages.overlay(first, &mut buf, block_size as usize);
-        self.accessed(inode, &handle);
         let start = (offset - first * block_size) as usize;
         Ok(ReadData::new(buf, start, (end - offset) as usize))
     }
@@ -117,7 +135,7 @@ impl Filesystem {
     /// The set-ID bits stay, as for a writer holding CAP_FSETID. With write-behind on
     /// (`MountOptions::data_cache`) the data is cached and written back later.
     pub fn write(&self, inode: u64, offset: u64, data: &[u8]) -> Result<u32, FsError> {
-        self.write_as(inode, offset, data, None, false)
+        self.write_checked(inode, offset, data, &WriteOrigin::default(), false)
     }
 
     /// `write` for a file opened with `O_DIRECT`: the data reaches the device before this
@@ -131,7 +149,11 @@ impl Filesystem {
         data: &[u8],
         writer: Option<&Credentials>,
     ) -> Result<u32, FsError> {
-        self.write_as(inode, offset, data, writer, true)
+        let origin = WriteOrigin {
+            clears_set_id: writer,
+            ..WriteOrigin::default()
+        };
+        self.write_checked(inode, offset, data, &origin, true)
     }
 
     /// `write` by a process without CAP_FSETID: also clears setuid, and setgid where
@@ -144,10 +166,15 @@ impl Filesystem {
         data: &[u8],
         writer: &Credentials,
     ) -> Result<u32, FsError> {
-        self.write_as(inode, offset, data, Some(writer), false)
+        let origin = WriteOrigin {
+            clears_set_id: Some(writer),
+            ..WriteOrigin::default()
+        };
+        self.write_checked(inode, offset, data, &origin, false)
     }
 
-    fn write_as(
+    /// The write itself, after `write_checked` applied the inode flags' rules.
+    pub(crate) fn write_as(
         &self,
         inode: u64,
         offset: u64,
@@ -285,14 +312,16 @@ impl Filesystem {
             plan.last
                 .min(last.next_multiple_of(plan.alignment_blocks())),
         );
-        let needed =
-            self.allocate_range(inode, &handle.data, plan.first, needed_end, plan.placement);
-        match needed {
-            Err(FsError::NoSpace) if self.reclaim_speculative(inode)? > 0 => {
-                self.allocate_range(inode, &handle.data, plan.first, needed_end, plan.placement)?;
+        // A write that finds the filesystem full half way gives back what it mapped.
+        let needed = &[(plan.first, needed_end)];
+        self.allocate_or_give_back(inode, &handle.data, needed, || {
+            let allocate =
+                || self.allocate_range(inode, &handle.data, plan.first, needed_end, plan.placement);
+            match allocate() {
+                Err(FsError::NoSpace) if self.reclaim_speculative(inode)? > 0 => allocate(),
+                other => other,
             }
-            other => other?,
-        }
+        })?;
         if plan.last > needed_end {
             match self.allocate_range(inode, &handle.data, needed_end, plan.last, plan.placement) {
                 Ok(()) | Err(FsError::NoSpace) => {}
@@ -534,6 +563,11 @@ impl Filesystem {
         if shrinks_mid_block {
             self.journal
                 .force(cairn_journal::CommitSequence(meta.last_sequence))?;
+        }
+        if size > old_size {
+            // As on XFS, a growth keeps blocks preallocated past the new end (now unwritten);
+            // a truncate to the same size or less gives them back.
+            return Ok(());
         }
         crate::unlinked::truncate_blocks(self, inode, &mut meta, size.div_ceil(block_size))
     }

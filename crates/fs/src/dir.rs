@@ -560,6 +560,7 @@ fn add_to_blocks(
         inode,
         file_type,
     };
+    let blocks_before = block_count(fs, data);
     let (index, offset) = place_entry(fs, tx, data, map, &new)?;
     let address = dir_address(index, offset)
         .ok_or_else(|| FsError::corrupt("directory", dir, "data address out of range"))?;
@@ -568,8 +569,33 @@ fn add_to_blocks(
         let guard = tx.tx.get_buf(BufKey::single(block.0), &spec(fs, dir))?;
         let len = guard.len();
         dir_data_remove(guard.bytes_mut(0..len)?, offset)?;
+        if index >= blocks_before {
+            // The block is this add's and empty again: the directory gives it back.
+            drop_new_block(fs, tx, data, map, index)?;
+        }
         return Err(error);
     }
+    Ok(())
+}
+
+/// Takes back data block `index`, the directory's last, which a failed add allocated in `tx`
+/// and left empty: unmapped, invalidated (so no logged image of it is ever replayed over its
+/// next owner) and freed in `tx`, whose AG locks cover it.
+fn drop_new_block(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    data: &mut InodeData,
+    map: &mut Option<FileMap>,
+    index: u32,
+) -> Result<(), FsError> {
+    debug_assert_eq!(index + 1, block_count(fs, data), "only the last block goes");
+    let dir = data.core.header.blkno;
+    let map = loaded_map(fs, tx, data, map)?;
+    let removed = map.cut(u64::from(index), u64::from(index) + 1);
+    map.store(fs, tx, data)?;
+    invalidate_blocks(fs, tx, dir, &removed)?;
+    bmap::free_pieces(fs, tx, data, &removed)?;
+    data.core.size -= u64::from(fs.geometry.block_size);
     Ok(())
 }
 

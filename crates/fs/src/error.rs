@@ -44,6 +44,9 @@ pub enum FsError {
     NoData,
     #[error("value out of range")]
     Range,
+    /// A file would grow past the largest size (an insert range).
+    #[error("file too large")]
+    FileTooBig,
     #[error("I/O error while {what}: {source}")]
     Io {
         what: &'static str,

@@ -8,7 +8,7 @@
 //! mount finishes (`Filesystem::finish_intents`).
 
 use cairn_blockdev::AlignedBuf;
-use cairn_journal::Reservation;
+use cairn_journal::{Reservation, ShiftKind};
 
 use crate::bmap::{FileMap, Mapping, Placement, commit_unmap, step_reservation};
 use crate::data::check_data_file;
@@ -50,15 +50,22 @@ impl Filesystem {
         let handle = self.live_inode(inode)?;
         let mut pages = handle.io.write();
         check_data_file(&handle.data.lock())?;
+        crate::flags::check_fallocate(&handle.data.lock(), mode)?;
         // Cached data goes to the device first: every mode reads or changes the mapping.
         if !pages.is_empty() {
             self.write_back(&handle, &mut pages)?;
         }
         let block_size = u64::from(self.geometry.block_size);
         let keep_size = match mode {
+            FallocateMode::CollapseRange => {
+                return self.shift_range(&handle, (offset, len), ShiftKind::Collapse, who);
+            }
+            FallocateMode::InsertRange => {
+                return self.shift_range(&handle, (offset, len), ShiftKind::Insert, who);
+            }
             FallocateMode::Allocate { keep_size } => {
-                let (first, last) = (offset / block_size, end.div_ceil(block_size));
-                self.allocate_range(inode, &handle.data, first, last, Placement::near(true))?;
+                let range = (offset / block_size, end.div_ceil(block_size));
+                self.preallocate(inode, &handle.data, range)?;
                 keep_size
             }
             FallocateMode::PunchHole => {
@@ -119,7 +126,30 @@ impl Filesystem {
             }
         }
         let (head, tail) = (offset / block_size, end.div_ceil(block_size));
-        self.allocate_range(inode, lock, head, tail, Placement::near(true))
+        self.preallocate(inode, lock, (head, tail))
+    }
+
+    /// Maps the holes of file blocks `first..last` unwritten, or fails with `NoSpace` holding
+    /// no more blocks than before (`give_back.rs`): when the holes need more blocks than are
+    /// free (after giving back other files' speculative preallocation) nothing is allocated,
+    /// and an allocation that still finds the filesystem full half way is undone.
+    fn preallocate(
+        &self,
+        inode: u64,
+        lock: &cairn_lockrank::Mutex<InodeData>,
+        (first, last): (u64, u64),
+    ) -> Result<(), FsError> {
+        let needed = self
+            .holes_in(inode, &lock.lock(), &[(first, last)])?
+            .blocks();
+        if needed > self.statfs()?.blocks_available
+            && (self.reclaim_speculative(inode)? == 0 || needed > self.statfs()?.blocks_available)
+        {
+            return Err(FsError::NoSpace);
+        }
+        self.allocate_or_give_back(inode, lock, &[(first, last)], || {
+            self.allocate_range(inode, lock, first, last, Placement::near(true))
+        })
     }
 
     /// Zeroes the bytes of `offset..end` that lie in partial blocks at either end, where

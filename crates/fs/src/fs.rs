@@ -414,15 +414,19 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Finishes the intents recovery found unfinished (frees their extents, or applies their
-    /// refcount updates), logging their done items; then frees what copy-on-writes a crash
-    /// interrupted had staged.
+    /// Finishes the intents recovery found unfinished (frees their extents, applies their
+    /// refcount updates, or completes their collapse or insert range), logging their done
+    /// items; then frees what copy-on-writes a crash interrupted had staged.
     fn finish_intents(&self) -> Result<(), FsError> {
         for intent in self.recovery.unfinished_intents.clone() {
             let extents = match intent.work {
                 IntentWork::Free(extents) => extents,
                 IntentWork::Refcount(updates) => {
                     crate::reflink::finish_refcount_intent(self, intent.id, &updates)?;
+                    continue;
+                }
+                IntentWork::Shift(shift) => {
+                    crate::shift::finish_intent(self, intent.id, &shift)?;
                     continue;
                 }
             };

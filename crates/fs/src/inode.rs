@@ -54,6 +54,12 @@ pub(crate) struct InodeData {
     /// Blocks cached writes will allocate (`write_behind`), counted in `st_blocks` as XFS
     /// counts its delayed allocations.
     pub delayed_blocks: u64,
+    /// Open handles for writing opened while the file was not append-only: only these
+    /// may leave data in the kernel's cache that is not an append (see `flags.rs`).
+    pub unguarded_writers: u64,
+    /// An O_TMPFILE file created without O_EXCL and never linked: `link` may give it a
+    /// name although it has no link (the kernel's I_LINKABLE).
+    pub linkable: bool,
 }
 
 /// An inode's POSIX ACLs (`system.posix_acl_access`, and for directories
@@ -156,6 +162,7 @@ impl InodeData {
             ctime: system_time(self.core.ctime),
             btime: system_time(self.core.btime),
             block_size,
+            flags: crate::flags::inode_flags(self.core.flags),
         }
     }
 }
@@ -275,9 +282,29 @@ pub(crate) fn timestamp(time: SystemTime) -> Timestamp {
     }
 }
 
-/// The current time as a timestamp.
+/// The current time as a timestamp, from the clock the kernel stamps inode times with
+/// (`CLOCK_REALTIME_COARSE`, as its `current_time`). With the writeback cache the kernel
+/// sets a file's modification and change times itself; a time taken here from the finer
+/// clock could be later than the kernel's next stamp (the coarse clock lags by up to a
+/// tick), so a new file's birth time would follow its first write's mtime, which statx
+/// callers (fstests' generic/423) check never happens.
 pub(crate) fn now() -> Timestamp {
-    timestamp(SystemTime::now())
+    let mut coarse = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `coarse`, which lives for the call.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut coarse) };
+    let nanoseconds = u32::try_from(coarse.tv_nsec)
+        .ok()
+        .filter(|&n| n < 1_000_000_000);
+    match (read, nanoseconds) {
+        (0, Some(nanoseconds)) => Timestamp {
+            seconds: coarse.tv_sec,
+            nanoseconds,
+        },
+        _ => timestamp(SystemTime::now()),
+    }
 }
 
 /// The inode cache: inode number to in-core inode.
@@ -488,6 +515,8 @@ pub(crate) fn read_inode(
             opens: 0,
             acls: OnceCell::new(),
             delayed_blocks: 0,
+            unguarded_writers: 0,
+            linkable: false,
         },
     ))
 }

@@ -33,7 +33,9 @@ mod discard;
 mod error;
 mod extents;
 mod fallocate;
+mod flags;
 mod fs;
+mod give_back;
 mod glue;
 mod grow;
 mod ialloc;
@@ -47,11 +49,14 @@ mod reflink;
 mod remove;
 mod rename;
 mod seek;
+mod shift;
 mod symlink;
 #[cfg(test)]
 mod test_device;
+mod tmpfile;
 mod types;
 mod unlinked;
+mod whiteout;
 mod write_behind;
 mod xattr;
 mod xattr_index;
@@ -69,7 +74,8 @@ pub use reflink::ReflinkStats;
 pub use seek::FileExtent;
 pub use types::{
     AtimeMode, Attr, COMMIT_INTERVAL_MS_DEFAULT, Credentials, DataStats, DirEntry, FallocateMode,
-    FileKind, FsOpStats, FsStats, LogMode, MountOptions, OpenFile, RenameMode, SeekKind, SetAttr,
-    StatFs, TimeOrNow, XattrFlags,
+    FileAttributes, FileAttributesReport, FileKind, FsOpStats, FsStats, InodeFlags, LogMode,
+    MountOptions, OpenFile, OpenMode, RenameMode, SeekKind, SetAttr, StatFs, TimeOrNow,
+    WriteOrigin, XattrFlags,
 };
 pub use write_behind::WriteBehindStats;

@@ -9,9 +9,7 @@ use std::sync::Arc;
 use cairn_bufcache::BufKey;
 use cairn_format::acl::Acl;
 use cairn_format::dir::check_name;
-use cairn_format::inode::{
-    FileType, ForkFormat, INODE_FLAG_EXTSIZE_INHERIT, InodeCore, MODE_PERMISSION_MASK,
-};
+use cairn_format::inode::{FileType, ForkFormat, InodeCore, MODE_PERMISSION_MASK};
 use cairn_format::limits::NAME_LEN_MAX;
 use cairn_format::types::NULL_AG_INODE;
 use cairn_format::{Expected, MetaKind};
@@ -22,7 +20,7 @@ use crate::fs::Filesystem;
 use crate::glue::Tx;
 use crate::inode::{Inode, InodeData, file_type_of, inode_home, kind_of, now};
 use crate::types::{Attr, Credentials, DirEntry, FileKind};
-use crate::{FsError, acl, dir, ialloc, perm, symlink, xattr_store};
+use crate::{FsError, acl, dir, ialloc, perm, symlink, unlinked, xattr_store};
 
 /// Checks a name from the API: length, then the bytes.
 pub(crate) fn valid_name(name: &[u8]) -> Result<(), FsError> {
@@ -47,6 +45,8 @@ pub(crate) struct NewInode<'a> {
     pub mode: u16,
     pub rdev: u32,
     pub symlink_target: Option<&'a [u8]>,
+    /// Takes neither the umask nor the parent's default ACL (symlinks, whiteouts).
+    pub plain: bool,
 }
 
 impl Filesystem {
@@ -175,8 +175,9 @@ impl Filesystem {
             mode,
             rdev,
             symlink_target: None,
+            plain: false,
         };
-        self.make(parent, name, &new, who)
+        self.make(parent, Some(name), &new, who)
     }
 
     /// Creates a directory; takes a lookup reference on it.
@@ -192,8 +193,9 @@ impl Filesystem {
             mode,
             rdev: 0,
             symlink_target: None,
+            plain: false,
         };
-        self.make(parent, name, &new, who)
+        self.make(parent, Some(name), &new, who)
     }
 
     /// Creates a symlink to `target`; takes a lookup reference on it.
@@ -210,20 +212,22 @@ impl Filesystem {
             mode: 0o777,
             rdev: 0,
             symlink_target: Some(target),
+            plain: true,
         };
-        self.make(parent, name, &new, who)
+        self.make(parent, Some(name), &new, who)
     }
 
-    /// The common path of every create: checks, allocate, initialise, link into `parent`.
-    fn make(
+    /// The common path of every create: checks, allocate, initialise, link into `parent`
+    /// as `name`; with no name, an unnamed inode on the unlinked list (`tmpfile`).
+    pub(crate) fn make(
         &self,
         parent: u64,
-        name: &[u8],
+        name: Option<&[u8]>,
         new: &NewInode<'_>,
         who: &Credentials,
     ) -> Result<Attr, FsError> {
         self.check_writable()?;
-        valid_name(name)?;
+        name.map(valid_name).transpose()?;
         Self::count(&self.counters.creates, 1);
         let dir_inode = self.live_inode(parent)?;
         let mut dir_data = dir_inode.lock_dir();
@@ -243,12 +247,15 @@ impl Filesystem {
         // Each failed chunk attempt marks its AG, so the attempts are bounded by the AGs.
         for _ in 0..=self.geometry.ag_count {
             let mut tx = self.begin(reservation)?;
-            if dir::lookup(self, &mut tx, &dir_data, name)?.is_some() {
+            if let Some(name) = name
+                && dir::lookup(self, &mut tx, &dir_data, name)?.is_some()
+            {
                 tx.tx.cancel()?;
                 return Err(FsError::Exists);
             }
             let made = self.make_in(&mut tx, parent, &mut dir_data, name, (new, &inherited), who);
             match made {
+                Ok(Some(inode)) if name.is_none() => return self.commit_unnamed(tx, &inode),
                 Ok(Some(inode)) => return self.commit_made(tx, parent, &mut dir_data, &inode),
                 // An AG's AGF was locked for a chunk it could not place: another AGI may
                 // only be locked in a new transaction (every AGI before every AGF).
@@ -278,6 +285,16 @@ impl Filesystem {
         Ok(data.attr(inode.number, self.geometry.block_size))
     }
 
+    /// Logs a made unnamed inode (its directory is unchanged), commits, and takes the
+    /// lookup reference.
+    fn commit_unnamed(&self, mut tx: Tx<'_>, inode: &Inode) -> Result<Attr, FsError> {
+        let mut data = inode.lock_fresh();
+        Self::log_inode(&mut tx, inode.number, &mut data);
+        self.commit(tx, &mut [&mut data])?;
+        data.lookups += 1;
+        Ok(data.attr(inode.number, self.geometry.block_size))
+    }
+
     /// Commits a create or link whose directory change failed: whatever changed (a free-list
     /// refill, an undone allocation, split blocks given back under a free intent) is
     /// consistent; then frees what the change deferred.
@@ -287,15 +304,16 @@ impl Filesystem {
         dir::finish_deferred_frees(self, deferred)
     }
 
-    /// Allocates and initialises the inode and adds its entry; on failure after the
-    /// allocation the inode is freed again in the same transaction. `None`: try again in a
-    /// new transaction (`ialloc::InodeAlloc::TryAgain`).
+    /// Allocates and initialises the inode and adds its entry (with no name: puts it on its
+    /// unlinked list, with no link); on failure after the allocation the inode is freed
+    /// again in the same transaction. `None`: try again in a new transaction
+    /// (`ialloc::InodeAlloc::TryAgain`).
     fn make_in(
         &self,
         tx: &mut Tx<'_>,
         parent: u64,
         dir_data: &mut InodeData,
-        name: &[u8],
+        name: Option<&[u8]>,
         (new, inherited): (&NewInode<'_>, &Inherited),
         who: &Credentials,
     ) -> Result<Option<Arc<Inode>>, FsError> {
@@ -308,14 +326,31 @@ impl Filesystem {
             ialloc::InodeAlloc::TryAgain => return Ok(None),
         };
         let inode = self.fresh_inode(tx, number)?;
+        let mut listed = false;
         let added = {
             let mut data = inode.lock_fresh();
             self.init_inode(tx, &mut data, dir_data, parent, new, who)
+                .and_then(|()| match name {
+                    Some(_) => Ok(()),
+                    // Its AGI is this transaction's already (it allocated the inode), and
+                    // comes before any AGF the attributes may lock.
+                    None => {
+                        data.core.nlink = 0;
+                        listed = true;
+                        unlinked::add(self, tx, number, &mut data)
+                    }
+                })
                 .and_then(|()| xattr_store::store_new(self, tx, number, &mut data, inherited))
-                .and_then(|()| dir::add(self, tx, dir_data, name, number, new.file_type))
+                .and_then(|()| match name {
+                    Some(name) => dir::add(self, tx, dir_data, name, number, new.file_type),
+                    None => Ok(()),
+                })
         };
         if let Err(error) = added {
             let mut data = inode.lock_fresh();
+            if listed {
+                unlinked::take_off_new(self, tx, number, &mut data)?;
+            }
             if new.file_type == FileType::Symlink {
                 symlink::release_new(self, tx, &mut data)?;
             }
@@ -329,6 +364,9 @@ impl Filesystem {
             ialloc::free_inode(self, tx, number)?;
             return Err(error);
         }
+        if name.is_none() {
+            return Ok(Some(inode));
+        }
         let now = now();
         dir_data.core.mtime = now;
         dir_data.core.ctime = now;
@@ -341,7 +379,7 @@ impl Filesystem {
     /// The mode a new inode gets and the ACLs it inherits: with a default ACL on the parent,
     /// the ACL decides the permission bits (the umask does not apply) and the new inode's
     /// access ACL is cut from it, and a new directory inherits it as its own default;
-    /// without one, the caller's umask applies. Symlinks take neither.
+    /// without one, the caller's umask applies. Symlinks and whiteouts take neither.
     fn inherited(
         &self,
         parent: u64,
@@ -355,7 +393,7 @@ impl Filesystem {
             access: None,
             default: None,
         };
-        if new.file_type == FileType::Symlink {
+        if new.plain {
             return Ok(plain(requested));
         }
         let default = match dir_data.core.attr_format {
@@ -402,20 +440,7 @@ impl Filesystem {
         core.attr_format = None;
         core.attr_offset = 0;
         core.attr_extent_count = 0;
-        core.extent_size_hint = 0;
-        if parent_data.core.flags & INODE_FLAG_EXTSIZE_INHERIT != 0 {
-            core.extent_size_hint = parent_data.core.extent_size_hint;
-            if is_dir {
-                core.flags |= INODE_FLAG_EXTSIZE_INHERIT;
-            }
-        }
-        core.cow_extent_size_hint = 0;
-        if parent_data.core.flags & cairn_format::inode::INODE_FLAG_COWEXTSIZE != 0 {
-            core.cow_extent_size_hint = parent_data.core.cow_extent_size_hint;
-            if is_dir {
-                core.flags |= cairn_format::inode::INODE_FLAG_COWEXTSIZE;
-            }
-        }
+        crate::flags::inherit(&parent_data.core, core, new.file_type);
         let literal_end = data.raw.len();
         data.raw[cairn_format::inode::INODE_CORE_SIZE..literal_end].fill(0);
         match new.file_type {
@@ -478,6 +503,8 @@ impl Filesystem {
                 opens: 0,
                 acls: Default::default(),
                 delayed_blocks: 0,
+                unguarded_writers: 0,
+                linkable: false,
             },
         );
         Ok(self.inodes.insert(inode))
@@ -561,11 +588,18 @@ impl Filesystem {
         if data.is_dir() {
             return Err(FsError::NotPermitted);
         }
+        crate::flags::check_link(&data)?;
         if data.core.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
         if data.core.nlink == 0 {
-            return Err(FsError::NotFound);
+            // Only an O_TMPFILE file may get a link back (the kernel's I_LINKABLE).
+            return match data.linkable {
+                true => {
+                    self.link_unnamed((inode, &mut data), (new_parent, &mut dir_data), new_name)
+                }
+                false => Err(FsError::NotFound),
+            };
         }
         let mut tx = self.begin(Reservation::create(&self.geometry))?;
         if dir::lookup(self, &mut tx, &dir_data, new_name)?.is_some() {
@@ -629,6 +663,7 @@ impl Filesystem {
         if data.core.nlink == 0 {
             return Err(FsError::NotFound);
         }
+        crate::flags::check_entry_change(data)?;
         self.permission(number, data, who, perm::WRITE | perm::EXECUTE)
     }
 }

@@ -67,7 +67,7 @@ impl Preallocs {
         entry.1 = Instant::now();
     }
 
-    fn take(&self, inode: u64) -> Option<u64> {
+    pub(crate) fn take(&self, inode: u64) -> Option<u64> {
         self.ranges.lock().remove(&inode).map(|(end, _)| end)
     }
 
@@ -264,35 +264,6 @@ impl Filesystem {
             .trimmed_blocks
             .fetch_add(blocks, Ordering::Relaxed);
         Ok(blocks)
-    }
-
-    /// Sets inode `inode`'s extent size hint (bytes, rounded up to blocks; 0 clears it), and
-    /// for a directory whether new children inherit it.
-    pub fn set_extent_size_hint(
-        &self,
-        inode: u64,
-        hint_bytes: u64,
-        inherit: bool,
-    ) -> Result<(), FsError> {
-        use cairn_format::inode::INODE_FLAG_EXTSIZE_INHERIT;
-        self.check_writable()?;
-        let block_size = u64::from(self.geometry.block_size);
-        let blocks = u32::try_from(hint_bytes.div_ceil(block_size))
-            .ok()
-            .filter(|&b| b <= cairn_format::limits::EXTENT_LEN_MAX)
-            .ok_or(FsError::InvalidArgument("extent size hint too large"))?;
-        let handle = self.live_inode(inode)?;
-        let mut meta = handle.data.lock();
-        meta.core.extent_size_hint = blocks;
-        meta.core.flags &= !INODE_FLAG_EXTSIZE_INHERIT;
-        if inherit && meta.is_dir() {
-            meta.core.flags |= INODE_FLAG_EXTSIZE_INHERIT;
-        }
-        let reservation = cairn_journal::Reservation::for_items(&self.geometry, 0, 0, 1, 0);
-        let mut tx = self.begin(reservation)?;
-        Self::log_inode(&mut tx, inode, &mut meta);
-        self.commit(tx, &mut [&mut meta])?;
-        Ok(())
     }
 
     /// Starts the thread that trims idle speculative preallocation every `interval`, for

@@ -10,7 +10,7 @@ use crate::fs::Filesystem;
 use crate::inode::{Inode, now};
 use crate::namei::valid_name;
 use crate::types::Credentials;
-use crate::{FsError, dir, perm, unlinked};
+use crate::{FsError, dir, unlinked};
 
 impl Filesystem {
     /// Removes the non-directory entry `name` from `parent`.
@@ -47,12 +47,14 @@ impl Filesystem {
         let found = self.find_entry(&dir_data, name)?.ok_or(FsError::NotFound)?;
         let child: Arc<Inode> = self.live_inode(found.inode)?;
         let mut data = child.data.lock();
+        // The flags and the sticky bit first, as Linux's may_delete orders them.
+        crate::flags::may_delete(&dir_data, &data, who)?;
         let mut tx = self.begin(Reservation::remove(&self.geometry))?;
         let checked = match (want_dir, data.is_dir()) {
             (false, true) => Err(FsError::IsDirectory),
             (true, false) => Err(FsError::NotDirectory),
             (true, true) if !dir::is_empty(self, &mut tx, &data)? => Err(FsError::NotEmpty),
-            _ => perm::check_sticky(&dir_data, &data, who),
+            _ => Ok(()),
         };
         if let Err(error) = checked {
             tx.tx.cancel()?;

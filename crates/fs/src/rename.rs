@@ -39,7 +39,7 @@ const SECOND_CHILD: &str = "rename: source and target by inode number";
 const DEPTH_MAX: usize = 1 << 16;
 
 /// The two parent directories, locked once each.
-enum Parents<'a> {
+pub(crate) enum Parents<'a> {
     Same(MutexGuard<'a, InodeData>),
     Two {
         old: MutexGuard<'a, InodeData>,
@@ -84,12 +84,15 @@ struct Names {
 }
 
 /// One rename request.
-struct Request<'a> {
-    parent: u64,
-    name: &'a [u8],
-    new_parent: u64,
-    new_name: &'a [u8],
-    mode: RenameMode,
+pub(crate) struct Request<'a> {
+    pub parent: u64,
+    pub name: &'a [u8],
+    pub new_parent: u64,
+    pub new_name: &'a [u8],
+    pub mode: RenameMode,
+    /// `RENAME_WHITEOUT`: the inode (no link, on its unlinked list) that takes the source's
+    /// name (`whiteout.rs`).
+    pub whiteout: Option<Arc<Inode>>,
 }
 
 impl<'a> Request<'a> {
@@ -109,23 +112,33 @@ impl Filesystem {
         mode: RenameMode,
         who: &Credentials,
     ) -> Result<(), FsError> {
-        self.check_writable()?;
-        valid_name(name)?;
-        valid_name(new_name)?;
-        Self::count(&self.counters.renames, 1);
         let request = Request {
             parent,
             name,
             new_parent,
             new_name,
             mode,
+            whiteout: None,
         };
+        self.rename_request(&request, who)
+    }
+
+    /// Renames as `request` says; see `rename`.
+    pub(crate) fn rename_request(
+        &self,
+        request: &Request<'_>,
+        who: &Credentials,
+    ) -> Result<(), FsError> {
+        self.check_writable()?;
+        valid_name(request.name)?;
+        valid_name(request.new_name)?;
+        Self::count(&self.counters.renames, 1);
         // Before the rename lock: the writeback takes no lock a rename needs, and renames
         // of other files need not wait for this one's data.
-        self.write_back_replacement(&request);
+        self.write_back_replacement(request);
         let serial = self.rename_lock.lock();
         for _ in 0..RENAME_RETRIES_MAX {
-            let Some(done) = self.rename_once(&request, who)? else {
+            let Some(done) = self.rename_once(request, who)? else {
                 continue;
             };
             // A replaced inode nothing holds is freed after every rename lock is gone: its
@@ -330,24 +343,57 @@ impl Filesystem {
             }
             None => (source.data.lock(), None),
         };
-        let mut tx = self.begin(rename_reservation(self))?;
+        let moved = Moved {
+            source: (names.source, &mut source_data),
+            target: names.target.zip(target_data.as_deref_mut()),
+            target_listed: false,
+            whiteout: None,
+        };
+        let done = match &request.whiteout {
+            None => {
+                let tx = self.begin(rename_reservation(self))?;
+                self.rename_in(tx, parents, request, moved, who)?
+            }
+            Some(whiteout) => self.rename_with_whiteout(whiteout, parents, request, moved, who)?,
+        };
+        if let Err(error) = done {
+            return Ok(Err(error));
+        }
+        let idle = target_data
+            .as_ref()
+            .is_some_and(|data| data.core.nlink == 0 && data.lookups == 0 && data.opens == 0);
+        drop((source_data, target_data));
+        Ok(Ok(target.filter(|_| idle)))
+    }
+
+    /// The rename in `tx`, its inodes locked: checks, the entries' change, the commit. An
+    /// error in the inner result leaves nothing changed.
+    pub(crate) fn rename_in(
+        &self,
+        mut tx: Tx<'_>,
+        parents: &mut Parents<'_>,
+        request: &Request<'_>,
+        mut moved: Moved<'_>,
+        who: &Credentials,
+    ) -> Result<Result<(), FsError>, FsError> {
+        let (source, target) = (moved.source.0, moved.target.as_ref().map(|t| t.0));
         let checked = self.rename_checks(
             &mut tx,
             parents,
             request,
-            (names.source, &source_data),
-            names.target.zip(target_data.as_deref()),
+            (source, &*moved.source.1),
+            target.zip(moved.target.as_ref().map(|t| &*t.1)),
             who,
         );
         if let Err(error) = checked {
             tx.tx.cancel()?;
             return Ok(Err(error));
         }
-        let mut moved = Moved {
-            source: (names.source, &mut source_data),
-            target: names.target.zip(target_data.as_deref_mut()),
-            target_listed: false,
-        };
+        if let Some(whiteout) = &mut moved.whiteout {
+            // Off its list before the target may join one.
+            let (number, data) = (whiteout.number, &mut *whiteout.data);
+            whiteout.place.take_off(self, &mut tx, number, data)?;
+        }
         let changed = match request.mode {
             RenameMode::Exchange => self.exchange_entries(&mut tx, parents, request, &mut moved),
             _ => self.move_entry(&mut tx, parents, request, &mut moved),
@@ -358,6 +404,11 @@ impl Filesystem {
                 // corruption or an I/O error gets here): the transaction must not commit.
                 return Err(error);
             }
+            if let Some(whiteout) = &mut moved.whiteout {
+                // Still unnamed: back on its list, to be freed.
+                unlinked::add(self, &mut tx, whiteout.number, whiteout.data)?;
+                Self::log_inode(&mut tx, whiteout.number, whiteout.data);
+            }
             // Nothing was changed in core (a failed add restores the directory): keep the
             // transaction's consistent allocator changes.
             let deferred = std::mem::take(&mut tx.deferred_frees);
@@ -365,12 +416,11 @@ impl Filesystem {
             crate::dir::finish_deferred_frees(self, deferred)?;
             return Ok(Err(error));
         }
+        if let Some(whiteout) = &mut moved.whiteout {
+            whiteout.data.core.nlink = 1;
+        }
         self.commit_rename(tx, parents, request, moved)?;
-        let idle = target_data
-            .as_ref()
-            .is_some_and(|data| data.core.nlink == 0 && data.lookups == 0 && data.opens == 0);
-        drop((source_data, target_data));
-        Ok(Ok(target.filter(|_| idle)))
+        Ok(Ok(()))
     }
 
     /// Permission, kind, emptiness and link-count checks.
@@ -385,7 +435,7 @@ impl Filesystem {
     ) -> Result<(), FsError> {
         self.check_dir_writable(request.parent, parents.source_dir(), who)?;
         self.check_dir_writable(request.new_parent, parents.target_dir(), who)?;
-        perm::check_sticky(parents.source_dir(), source, who)?;
+        crate::flags::may_delete(parents.source_dir(), source, who)?;
         let across = request.parent != request.new_parent;
         if across && source.is_dir() {
             // Its ".." changes.
@@ -397,7 +447,7 @@ impl Filesystem {
             }
             return Ok(());
         };
-        perm::check_sticky(parents.target_dir(), target, who)?;
+        crate::flags::may_delete(parents.target_dir(), target, who)?;
         if request.mode == RenameMode::Exchange {
             if across && target.is_dir() {
                 self.permission(target_number, target, who, perm::WRITE)?;
@@ -458,7 +508,22 @@ impl Filesystem {
                 )?;
             }
         }
-        dir::remove(self, tx, parents.source_dir(), request.name)?;
+        match &moved.whiteout {
+            // The whiteout takes the old name's entry in place (its cookie stays).
+            Some(whiteout) => {
+                dir::retarget(
+                    self,
+                    tx,
+                    parents.source_dir(),
+                    request.name,
+                    whiteout.number,
+                    FileType::CharDevice,
+                )?;
+            }
+            None => {
+                dir::remove(self, tx, parents.source_dir(), request.name)?;
+            }
+        }
         if is_dir && request.parent != request.new_parent {
             dir::set_parent(self, tx, source_data, request.new_parent)?;
             parents.add_links(-1, 1);
@@ -539,6 +604,15 @@ impl Filesystem {
             Self::log_inode(&mut tx, target, target_data);
             logged.push(target_data);
         }
+        let mut place = None;
+        if let Some(whiteout) = moved.whiteout {
+            whiteout.data.core.ctime = now;
+            Self::log_inode(&mut tx, whiteout.number, whiteout.data);
+            logged.push(whiteout.data);
+            place = Some(whiteout.place);
+        }
+        // The whiteout's list predecessor was logged when it left the list.
+        logged.extend(place.as_mut().and_then(unlinked::ListPlace::predecessor));
         let deferred = std::mem::take(&mut tx.deferred_frees);
         let sequence = tx.tx.commit()?.0;
         for data in logged {
@@ -551,18 +625,43 @@ impl Filesystem {
 }
 
 /// The source and target inodes of a rename, locked.
-struct Moved<'a> {
+pub(crate) struct Moved<'a> {
     source: (u64, &'a mut InodeData),
     target: Option<(u64, &'a mut InodeData)>,
     /// The target lost its last link and joined the unlinked list in the transaction.
     target_listed: bool,
+    /// With `RENAME_WHITEOUT`: the whiteout, locked, and its place on its unlinked list.
+    whiteout: Option<MovedWhiteout<'a>>,
+}
+
+impl<'a> Moved<'a> {
+    /// The target's inode number, if the rename has a target.
+    pub(crate) fn target_number(&self) -> Option<u64> {
+        self.target.as_ref().map(|(number, _)| *number)
+    }
+
+    /// The same rename, with `whiteout` taking the source's name.
+    pub(crate) fn with_whiteout(self, whiteout: MovedWhiteout<'a>) -> Self {
+        Self {
+            whiteout: Some(whiteout),
+            ..self
+        }
+    }
+}
+
+/// A whiteout taking the source's name: its number, its locked data, and where it sits
+/// on its unlinked list until the rename takes it off.
+pub(crate) struct MovedWhiteout<'a> {
+    pub number: u64,
+    pub data: &'a mut InodeData,
+    pub place: unlinked::ListPlace<'a>,
 }
 
 /// Rename's log reservation: both directories' data blocks and hash-tree paths
 /// (`2 * (2 + BTREE_LEVELS_MAX)`), a new directory block's allocation (AGF, AGFL, both
 /// free-space-tree paths: `2 + 2 * BTREE_LEVELS_MAX`), the AGI of the unlinked bucket; the
 /// two parents, source, target and the unlinked-list neighbour (five inodes); one intent.
-fn rename_reservation(fs: &Filesystem) -> Reservation {
+pub(crate) fn rename_reservation(fs: &Filesystem) -> Reservation {
     let levels = cairn_format::limits::BTREE_LEVELS_MAX;
     let buffers = 2 * (2 + levels) + 2 + 2 * levels + 1;
     Reservation::for_items(&fs.geometry, buffers, fs.geometry.block_size, 5, 1)

@@ -118,6 +118,77 @@ pub struct Attr {
     pub ctime: SystemTime,
     pub btime: SystemTime,
     pub block_size: u32,
+    /// The flags a user sets with chattr (statx reports some of them).
+    pub flags: InodeFlags,
+}
+
+/// The flags of an inode a user sets (`chattr`, `FS_IOC_SETFLAGS`, `FS_IOC_FSSETXATTR`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InodeFlags {
+    /// `i`: no change of data through new descriptors, of attributes, xattrs or names.
+    pub immutable: bool,
+    /// `a`: data may only be appended; no other change of attributes, xattrs or names.
+    pub append_only: bool,
+    /// `S`: writes are durable when they return.
+    pub sync: bool,
+    /// `A`: reads leave the access time alone.
+    pub no_atime: bool,
+    /// `d`: backup programs skip the file (stored only).
+    pub no_dump: bool,
+    /// `P`, directories only: new inodes take the directory's project id, new directories
+    /// this flag.
+    pub project_inherit: bool,
+}
+
+/// The attributes `chattr` and `FS_IOC_FSSETXATTR` set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FileAttributes {
+    pub flags: InodeFlags,
+    /// Extent size hint in bytes, a multiple of the block size; 0 = none. A regular file
+    /// allocates in whole aligned units of it; a directory passes it on to new inodes.
+    pub extent_size_hint: u64,
+    /// Project id (stored for project quotas, which cairn does not enforce).
+    pub project_id: u32,
+}
+
+/// What `Filesystem::file_attributes` reports: the settable attributes and two facts about
+/// the inode (XFS's `fsx_nextents` and `FS_XFLAG_HASATTR`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FileAttributesReport {
+    pub attributes: FileAttributes,
+    /// Extents in the data fork.
+    pub extent_count: u32,
+    /// Whether the inode has an attribute fork.
+    pub has_xattrs: bool,
+}
+
+/// Where a write comes from (`Filesystem::write_from`), which the inode flags' rules
+/// depend on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteOrigin<'a> {
+    /// The open handle it came through, if known: a direct handle's write reaches the
+    /// device before it returns, and a handle opened before the file became append-only
+    /// may write anywhere (as on XFS).
+    pub handle: Option<u64>,
+    /// The kernel's writeback of its page cache (FUSE's `FUSE_WRITE_CACHE`): data written
+    /// through descriptors opened before the file's flags were set (writers opened since
+    /// bypass the cache), whichever handle the request names.
+    pub from_cache: bool,
+    /// A writer without CAP_FSETID: the set-ID bits go (`write_clearing_set_id`).
+    pub clears_set_id: Option<&'a Credentials>,
+}
+
+/// How a file is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpenMode {
+    /// Opened for writing.
+    pub write: bool,
+    /// Every write appends (`O_APPEND`), which an append-only file requires of writers.
+    pub append: bool,
+    /// Empty the file (`O_TRUNC`).
+    pub truncate: bool,
+    /// `O_DIRECT`: writes reach the device before they return.
+    pub direct: bool,
 }
 
 /// A time to set: a given instant or the current time.
@@ -165,9 +236,18 @@ pub enum RenameMode {
 /// What `fallocate` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FallocateMode {
-    Allocate { keep_size: bool },
+    Allocate {
+        keep_size: bool,
+    },
     PunchHole,
-    ZeroRange { keep_size: bool },
+    ZeroRange {
+        keep_size: bool,
+    },
+    /// Removes the (block-aligned) range; what follows moves down, the size shrinks by it.
+    CollapseRange,
+    /// Inserts a hole of the (block-aligned) range's length at its offset; what follows
+    /// moves up, the size grows by it.
+    InsertRange,
 }
 
 /// What `seek` looks for.

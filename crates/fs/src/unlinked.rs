@@ -22,6 +22,7 @@ use cairn_format::inode::{FileType, ForkFormat};
 use cairn_format::limits::AGI_UNLINKED_BUCKETS;
 use cairn_format::types::NULL_AG_INODE;
 use cairn_journal::Reservation;
+use cairn_lockrank::MutexGuard;
 
 use crate::fs::Filesystem;
 use crate::glue::Tx;
@@ -127,6 +128,109 @@ fn unlist(
     data.core.next_unlinked = NULL_AG_INODE;
     fs.ags[ag as usize].unlinked.lock().removed(ag_inode, next);
     Ok(())
+}
+
+/// Takes inode `number` off its list in the transaction that put it there (`add`): it is
+/// still its bucket's head, since the transaction holds the AGI.
+pub(crate) fn take_off_new(
+    fs: &Filesystem,
+    tx: &mut Tx<'_>,
+    number: u64,
+    data: &mut InodeData,
+) -> Result<(), FsError> {
+    let (ag, _) = fs.geometry.split_inode_number(number)?;
+    let mut agi = read_agi(fs, tx, ag)?;
+    unlist(fs, tx, &mut agi, number, data, None)
+}
+
+/// Where an inode about to leave its unlinked list for a link sits (`relink`): its AG's
+/// AGI, joined to the transaction, and its predecessor on the list, locked.
+pub(crate) struct ListPlace<'a> {
+    ag: u32,
+    before: Option<(u64, MutexGuard<'a, InodeData>)>,
+}
+
+impl ListPlace<'_> {
+    /// Takes inode `number` (`data`, locked by the caller) off its list in `tx`: its
+    /// predecessor, logged, or its bucket's head now points past it.
+    pub(crate) fn take_off(
+        &mut self,
+        fs: &Filesystem,
+        tx: &mut Tx<'_>,
+        number: u64,
+        data: &mut InodeData,
+    ) -> Result<(), FsError> {
+        // The transaction holds the AGI; read it again, as the change may have put other
+        // inodes on its lists since.
+        let mut agi = read_agi(fs, tx, self.ag)?;
+        let before = self.before.as_mut().map(|(n, guard)| (*n, &mut **guard));
+        unlist(fs, tx, &mut agi, number, data, before)
+    }
+
+    /// The predecessor's data, to record the commit in (`Filesystem::commit`).
+    pub(crate) fn predecessor(&mut self) -> Option<&mut InodeData> {
+        self.before.as_mut().map(|(_, guard)| &mut **guard)
+    }
+}
+
+/// Why a thread giving an unlinked inode a link may lock the inode before it on the list
+/// while holding it: as for a freeing thread (`PREDECESSOR`), the predecessor is a newer
+/// entry, and its holders never wait for an older one.
+const RELINK_PREDECESSOR: &str = "unlinked list: the predecessor of an inode getting a link";
+
+/// Begins the transaction that gives inode `number` (no links, on its unlinked list, locked
+/// by the caller, who holds no buffer) its first link: an O_TMPFILE file's `linkat`, a
+/// whiteout's rename. Locks the inode's predecessor on the list first (inode locks before
+/// buffers), then in the transaction the AGIs of `agis` and of the inode's AG in ascending
+/// order (the change may put another inode on a list), checks under them that the
+/// predecessor is still the one locked (else starts again), and runs `change`, which takes
+/// the inode off its list (`ListPlace::take_off`, before it puts any other inode on a list
+/// of that AG: that could make a held inode the predecessor) and commits.
+pub(crate) fn relink<R>(
+    fs: &Filesystem,
+    number: u64,
+    reservation: Reservation,
+    agis: &[u32],
+    change: impl FnOnce(Tx<'_>, ListPlace<'_>) -> Result<R, FsError>,
+) -> Result<R, FsError> {
+    let (ag, ag_inode) = fs.geometry.split_inode_number(number)?;
+    let index = &fs.ags[ag as usize].unlinked;
+    let off_list = || FsError::corrupt("unlinked list", number, "inode not on its AG's lists");
+    let mut locked: Vec<u32> = agis.iter().copied().chain([ag]).collect();
+    locked.sort_unstable();
+    locked.dedup();
+    for _ in 0..UNLIST_ATTEMPTS_MAX {
+        let previous = index.lock().previous(ag_inode).ok_or_else(off_list)?;
+        let before = match previous {
+            NULL_AG_INODE => None,
+            previous => Some(fs.inode(fs.geometry.ag_inode_to_number(ag, previous))?),
+        };
+        let before_data = before
+            .as_ref()
+            .map(|inode| (inode.number, inode.lock_nested(RELINK_PREDECESSOR)));
+        // As in `free_unlisted`: a predecessor freed before its lock was taken is not one.
+        if before.is_some() && index.lock().previous(ag_inode) != Some(previous) {
+            continue;
+        }
+        let mut tx = fs.begin(reservation)?;
+        for &each in &locked {
+            read_agi(fs, &mut tx, each)?;
+        }
+        if index.lock().previous(ag_inode) != Some(previous) {
+            tx.tx.cancel()?;
+            continue;
+        }
+        let place = ListPlace {
+            ag,
+            before: before_data,
+        };
+        return change(tx, place);
+    }
+    Err(FsError::corrupt(
+        "unlinked list",
+        number,
+        "its bucket changed under every attempt to take it off",
+    ))
 }
 
 /// Whether nothing holds the unlinked inode any more: it may be freed.

@@ -626,11 +626,16 @@ impl Filesystem {
         {
             // These allocations are what the reservations were held back for.
             let _scope = ReservedScope::enter();
-            for &(first, last) in runs {
-                self.allocate_run(handle, first, last)?;
-                self.unshare_for_write(handle.number, handle, (first, last), None)
-                    .map_err(|stopped| stopped.error)?;
-            }
+            // A batch that finds the filesystem full gives back its earlier runs' blocks
+            // (only what filled holes: blocks a copy-on-write replaced stay replaced).
+            self.allocate_or_give_back(handle.number, &handle.data, runs, || {
+                runs.iter().try_for_each(|&(first, last)| {
+                    self.allocate_run(handle, first, last)?;
+                    self.unshare_for_write(handle.number, handle, (first, last), None)
+                        .map(drop)
+                        .map_err(|stopped| stopped.error)
+                })
+            })?;
         }
         let block_size = u64::from(self.geometry.block_size);
         let blocks: u64 = runs.iter().map(|(first, last)| last - first).sum();

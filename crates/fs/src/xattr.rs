@@ -96,6 +96,9 @@ impl Filesystem {
         access: Access,
     ) -> Result<(), FsError> {
         let write = access != Access::Read;
+        if write && access != Access::Checked {
+            crate::flags::check_xattr_change(data)?;
+        }
         let refused = match write {
             true => FsError::NotPermitted,
             false => FsError::NoData,

@@ -227,3 +227,155 @@ fn write_past_a_full_ag(holes: u64) {
     fs.unmount().unwrap();
     fsck_clean(&device);
 }
+
+/// Preallocates a file holding all but `left` bytes of the free space; returns the free
+/// blocks then.
+fn fill_but(fs: &Filesystem, left: u64) -> u64 {
+    let statfs = fs.statfs().unwrap();
+    let free = statfs.blocks_available * u64::from(statfs.block_size);
+    let big = file(fs, fs.root(), b"big").unwrap();
+    let mode = FallocateMode::Allocate { keep_size: false };
+    fs.fallocate(big, 0, free - left, mode).unwrap();
+    fs.sync().unwrap();
+    fs.statfs().unwrap().blocks_free
+}
+
+// A fallocate asking for more than is free fails with NoSpace and takes nothing: the file
+// holds the blocks it held, and the free space is what it was (issue 32: a failed 2 GiB
+// fallocate on a 4 GiB filesystem with 3 GiB in use left 891 MiB allocated, the filesystem
+// full). So does one into a file with data and holes, keeping its size.
+#[test]
+fn a_failed_fallocate_takes_nothing() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let free_before = fill_but(&fs, 4 << 20);
+    let second = file(&fs, fs.root(), b"second").unwrap();
+    fs.write(second, 1 << 20, &[9; 8192]).unwrap();
+    let held = fs.getattr(second).unwrap().blocks_512;
+    let free_before = free_before - held / 8;
+    for (offset, mode) in [
+        (0, FallocateMode::Allocate { keep_size: false }),
+        (0, FallocateMode::Allocate { keep_size: true }),
+        (2 << 20, FallocateMode::ZeroRange { keep_size: true }),
+    ] {
+        let error = fs.fallocate(second, offset, 16 << 20, mode).unwrap_err();
+        assert!(matches!(error, FsError::NoSpace), "{mode:?}: {error:?}");
+        let attr = fs.getattr(second).unwrap();
+        assert_eq!(attr.blocks_512, held, "{mode:?}");
+        assert_eq!(attr.size, (1 << 20) + 8192, "{mode:?}");
+        assert!(
+            fs.read(second, 1 << 20, 8192).unwrap() == [9; 8192],
+            "{mode:?}"
+        );
+        assert_eq!(fs.statfs().unwrap().blocks_free, free_before, "{mode:?}");
+    }
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}
+
+// A write larger than the free space maps what there is, then finds the filesystem full: it
+// fails with NoSpace and gives back what it mapped, so the file holds no more blocks than
+// before, direct and through write-behind's writeback alike.
+#[test]
+fn a_write_that_finds_the_filesystem_full_gives_its_blocks_back() {
+    for cache in [0, 64 << 20] {
+        let device = make_device(64 << 20);
+        let options = cairn_fs::MountOptions {
+            data_cache: cache,
+            ..Default::default()
+        };
+        let fs = common::mount_with(&device, options);
+        let free_before = fill_but(&fs, 2 << 20);
+        let second = file(&fs, fs.root(), b"second").unwrap();
+        let written = fs.write(second, 0, &vec![5; 4 << 20]);
+        let synced = fs.fsync(second, false);
+        let error = written.and(synced).unwrap_err();
+        assert!(
+            matches!(error, FsError::NoSpace),
+            "cache {cache}: {error:?}"
+        );
+        assert_eq!(fs.getattr(second).unwrap().blocks_512, 0, "cache {cache}");
+        assert_eq!(
+            fs.statfs().unwrap().blocks_free,
+            free_before,
+            "cache {cache}"
+        );
+        fs.unmount().unwrap();
+        fsck_clean(&device);
+    }
+}
+
+// A directory's add that needs a new data block and an index split at once, on a filesystem
+// with room for the data block only: it fails with NoSpace and gives the data block back (the
+// directory's size is what it was); with room for both it succeeds. fsck is clean.
+#[test]
+fn a_failed_directory_growth_gives_its_block_back() {
+    let link_name = |index: u32| format!("a-link-with-a-name-long-enough-{index:06}");
+    let setup = || {
+        let device = make_small_block_device(16 << 20, 1024, 2);
+        let fs = mount(&device);
+        let target = file(&fs, fs.root(), b"target").unwrap();
+        let dir = fs.mkdir(fs.root(), b"d", 0o755, &root()).unwrap().inode;
+        (device, fs, target, dir)
+    };
+    // Which add grows the directory by a data block and an index block at once.
+    let (_, fs, target, dir) = setup();
+    let sizes = |fs: &Filesystem| {
+        let attr = fs.getattr(dir).unwrap();
+        (attr.size, attr.blocks_512)
+    };
+    let mut index = 0;
+    let splitting = loop {
+        let before = sizes(&fs);
+        fs.link(target, dir, link_name(index).as_bytes(), &root())
+            .unwrap();
+        let after = sizes(&fs);
+        // In block form, a new data block and at least one index block.
+        if before.0 >= 2048 && after.0 > before.0 && after.1 >= before.1 + 2 * 2 {
+            break index;
+        }
+        index += 1;
+        assert!(index < 5000, "no add grew the directory by two blocks");
+    };
+    drop(fs);
+    for room in [1, 2, 8] {
+        let (device, fs, target, dir) = setup();
+        for index in 0..splitting {
+            fs.link(target, dir, link_name(index).as_bytes(), &root())
+                .unwrap();
+        }
+        fill_but(&fs, room * 1024);
+        let size = fs.getattr(dir).unwrap().size;
+        match fs.link(target, dir, link_name(splitting).as_bytes(), &root()) {
+            Ok(_) => assert!(room > 1, "the add fitted in one block"),
+            Err(FsError::NoSpace) => assert_eq!(fs.getattr(dir).unwrap().size, size),
+            Err(error) => panic!("{error:?}"),
+        }
+        fs.unmount().unwrap();
+        fsck_clean(&device);
+    }
+}
+
+// Growing a file by truncate allocates nothing, also over blocks preallocated past its end
+// (which turn unwritten, so they read as zeros): on a full filesystem it succeeds and the
+// file holds exactly the blocks it held.
+#[test]
+fn truncate_up_on_a_full_filesystem_takes_nothing() {
+    let device = make_device(64 << 20);
+    let fs = mount(&device);
+    let grown = file(&fs, fs.root(), b"grown").unwrap();
+    fs.write(grown, 0, &[4; 10_000]).unwrap();
+    let keep = FallocateMode::Allocate { keep_size: true };
+    fs.fallocate(grown, 0, 1 << 20, keep).unwrap();
+    let free = fill_but(&fs, 0);
+    let held = fs.getattr(grown).unwrap().blocks_512;
+    for size in [20_000, 1 << 20, 64 << 20] {
+        fs.setattr(grown, &size_to(size), &root()).unwrap();
+        let attr = fs.getattr(grown).unwrap();
+        assert_eq!((attr.size, attr.blocks_512), (size, held));
+        assert_eq!(fs.statfs().unwrap().blocks_free, free);
+    }
+    assert!(fs.read(grown, 9_000, 2_000).unwrap()[1_000..] == [0; 1_000]);
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}

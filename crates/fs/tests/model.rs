@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use cairn_blockdev::MemDevice;
 use cairn_fs::{
-    FallocateMode, FileKind, Filesystem, MountOptions, RenameMode, SetAttr, XattrFlags,
+    FallocateMode, FileKind, Filesystem, FsError, MountOptions, RenameMode, SetAttr, XattrFlags,
 };
 use common::model::{Model, Node, Outcome};
 use common::{fsck_clean, make_device, mount, mount_with, root, write_behind};
@@ -118,7 +118,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => ((any::<usize>(), name.clone()), (any::<usize>(), name), 0..3u8)
             .prop_map(|(from, to, mode)| Op::Rename { from, to, mode }),
         1 => any::<usize>().prop_map(|file| Op::Fsync { file }),
-        2 => (any::<usize>(), 0..60_000u64, 1..30_000u64, 0..5u8)
+        2 => (any::<usize>(), 0..60_000u64, 1..30_000u64, 0..7u8)
             .prop_map(|(file, offset, len, mode)| Op::Fallocate { file, offset, len, mode }),
         2 => (any::<usize>(), 0..XATTR_NAMES.len(), 0..XATTR_LENGTHS.len(), any::<u8>())
             .prop_map(|(inode, name, length, byte)| Op::SetXattr { inode, name, length, byte }),
@@ -261,9 +261,26 @@ fn step_more(fs: &Filesystem, model: &mut Model, op: &Op) {
                 FallocateMode::PunchHole,
                 FallocateMode::ZeroRange { keep_size: false },
                 FallocateMode::ZeroRange { keep_size: true },
+                FallocateMode::CollapseRange,
+                FallocateMode::InsertRange,
             ][usize::from(mode)];
-            fs.fallocate(file, offset, len, mode).unwrap();
-            model.fallocate(file, offset as usize, len as usize, mode);
+            let (offset, len) = match mode {
+                FallocateMode::CollapseRange | FallocateMode::InsertRange => {
+                    (offset / 4096 * 4096, len.div_ceil(4096) * 4096)
+                }
+                _ => (offset, len),
+            };
+            let size = fs.getattr(file).unwrap().size;
+            let fits = match mode {
+                FallocateMode::CollapseRange => offset + len < size,
+                FallocateMode::InsertRange => offset < size,
+                _ => true,
+            };
+            match fs.fallocate(file, offset, len, mode) {
+                Ok(()) if fits => model.fallocate(file, offset as usize, len as usize, mode),
+                Err(FsError::InvalidArgument(_)) if !fits => {}
+                other => panic!("{mode:?} {offset}+{len} of {size}: {other:?}"),
+            }
         }
         Op::SetXattr {
             inode,

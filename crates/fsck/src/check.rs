@@ -63,7 +63,8 @@ pub struct Findings {
     pub(crate) unknown_chunks: bool,
     /// Problems the namespace phase found (none: repair leaves the namespace alone).
     pub(crate) namespace_problems: usize,
-    /// Inodes whose only fault is nonzero spare bytes: repair clears them.
+    /// Inodes whose only faults are reserved fields (spare bytes, flags or a hint the
+    /// inode may not carry): repair clears them.
     pub(crate) restamp_inodes: Vec<u64>,
     /// Block directories whose hash index disagrees with their entries or cannot be
     /// walked: repair rebuilds it.
@@ -76,8 +77,12 @@ pub struct Findings {
     /// Inodes whose extent map is damaged but partly readable: repair stores the extents
     /// that verified anew.
     pub(crate) rebuild_map: BTreeSet<u64>,
-    /// Block directories whose size does not span their data blocks, with the size that does.
-    pub(crate) wrong_dir_size: BTreeMap<u64, u64>,
+    /// Inodes whose size is impossible, with the size that fits: a block directory's that
+    /// does not span its data blocks, a device's, FIFO's or socket's that is not 0.
+    pub(crate) wrong_size: BTreeMap<u64, u64>,
+    /// Unlinked buckets (AG, bucket) whose chain holds an inode it may not (free, linked,
+    /// named, twice): repair empties them, and their members become orphans.
+    pub(crate) broken_buckets: BTreeSet<(u32, usize)>,
     /// Inodes whose map is cut to this many file blocks (a symlink mapping more blocks than
     /// its target needs).
     pub(crate) trim_map: BTreeMap<u64, u64>,

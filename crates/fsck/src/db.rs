@@ -99,7 +99,13 @@ pub fn run(device: &dyn BlockDevice, command: &DbCommand) -> Result<String, DbEr
         }
         DbCommand::Inode { number } => {
             let (core, _) = read_inode(&mut checker, *number)?;
-            Ok(format!("inode {number}:\n{core:#?}\n"))
+            let hint_bytes =
+                u64::from(core.extent_size_hint) * u64::from(checker.geometry.block_size);
+            Ok(format!(
+                "inode {number}:\n{core:#?}\nflag names: [{}]\nextent size hint: {hint_bytes} \
+                 bytes\n",
+                cairn_format::inode::flag_names(core.flags).join(", ")
+            ))
         }
         DbCommand::Logprint => Ok(crate::logprint::logprint(&mut checker)),
         DbCommand::Refcount { ag } => refcount(&mut checker, *ag),

@@ -5,7 +5,9 @@
 use cairn_blockdev::AlignedBuf;
 use cairn_format::agi::Agi;
 use cairn_format::btree_block::InodeRecord;
-use cairn_format::inode::{FileType, ForkFormat, InodeCore, clear_inode_spare, fork_extents};
+use cairn_format::inode::{
+    FileType, ForkFormat, InodeCore, clear_inode_reserved, extent_size_hint_max, fork_extents,
+};
 use cairn_format::limits::{AG_HEADER_BLOCKS, INODES_PER_CHUNK};
 use cairn_format::types::NULL_AG_INODE;
 use cairn_format::{
@@ -245,7 +247,8 @@ impl Checker<'_> {
                     Some(number.0),
                     err.to_string(),
                 ));
-                match salvage_spare(raw, &expected) {
+                let hint_max = extent_size_hint_max(self.geometry.ag_blocks);
+                match salvage_reserved(raw, &expected, hint_max) {
                     Some((core, copy)) if self.repairing => {
                         self.findings.restamp_inodes.push(number.0);
                         salvaged = copy;
@@ -260,6 +263,7 @@ impl Checker<'_> {
             }
         };
         let raw = if salvaged.is_empty() { raw } else { &salvaged };
+        self.check_extent_size_hint(number, &core, !salvaged.is_empty());
         let problem = match (free, core.file_type()) {
             (true, Some(_)) => Some("is in use but the chunk marks it free"),
             (false, None) => Some("is free but the chunk marks it in use"),
@@ -276,6 +280,7 @@ impl Checker<'_> {
         }
         if core.file_type().is_some() {
             self.note_inode(number, raw, &core);
+            self.check_special_size(number, &core);
             // The data fork's checks see the block count less the attr fork's blocks.
             let attr_blocks = self.check_attr_fork(number, raw, &core);
             if self.repairing && attr_blocks > 0 {
@@ -285,6 +290,42 @@ impl Checker<'_> {
             let mut data_core = core;
             data_core.block_count = core.block_count.saturating_sub(attr_blocks);
             self.check_data_fork(number, raw, &data_core);
+        }
+    }
+
+    /// An extent size hint no larger than half an AG (the verifier has no geometry to
+    /// check that); repair clears a larger one with the reserved fields.
+    fn check_extent_size_hint(&mut self, number: InodeNumber, core: &InodeCore, queued: bool) {
+        let hint_max = extent_size_hint_max(self.geometry.ag_blocks);
+        if core.file_type().is_none() || core.extent_size_hint <= hint_max {
+            return;
+        }
+        let message = format!(
+            "inode {number}: extent size hint of {} blocks is above half an AG ({hint_max})",
+            core.extent_size_hint
+        );
+        self.report
+            .add(Problem::new("inode", Some(number.0), message));
+        if self.repairing && !queued {
+            self.findings.restamp_inodes.push(number.0);
+        }
+    }
+
+    /// A device, FIFO or socket (a whiteout among them: a character device 0/0) holds no
+    /// data: its size is 0. Repair sets it so.
+    fn check_special_size(&mut self, number: InodeNumber, core: &InodeCore) {
+        if core.data_format != ForkFormat::Device || core.size == 0 {
+            return;
+        }
+        let message = format!(
+            "inode {number}: a {:?} of size {} (special files hold no data)",
+            core.file_type().unwrap_or(FileType::Unknown),
+            core.size
+        );
+        self.report
+            .add(Problem::new("inode", Some(number.0), message));
+        if self.repairing {
+            self.findings.wrong_size.insert(number.0, 0);
         }
     }
 
@@ -355,7 +396,7 @@ impl Checker<'_> {
             self.report
                 .add(Problem::new("inode", Some(number.0), message));
             if self.repairing {
-                self.findings.wrong_dir_size.insert(number.0, size);
+                self.findings.wrong_size.insert(number.0, size);
             }
         }
     }
@@ -384,12 +425,17 @@ impl Checker<'_> {
     }
 }
 
-/// An inode whose header verifies and whose only fault is nonzero spare bytes: its core and
-/// a copy with the spare bytes cleared (repair keeps it, rewriting the spare bytes).
-fn salvage_spare(raw: &[u8], expected: &Expected) -> Option<(InodeCore, Vec<u8>)> {
+/// An inode whose header verifies and whose only faults are in fields a kept inode can do
+/// without (nonzero spare bytes, unknown flags, flags or an extent size hint its type may not
+/// carry): its core and a copy with those cleared (repair keeps it, rewriting them).
+fn salvage_reserved(
+    raw: &[u8],
+    expected: &Expected,
+    hint_max: u32,
+) -> Option<(InodeCore, Vec<u8>)> {
     verify_header(raw, expected).ok()?;
     let mut copy = raw.to_vec();
-    clear_inode_spare(&mut copy);
+    clear_inode_reserved(&mut copy, hint_max);
     let core = InodeCore::decode(&copy).ok()?;
     core.check(raw.len() as u32).ok()?;
     Some((core, copy))

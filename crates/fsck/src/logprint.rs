@@ -24,6 +24,8 @@ fn item_name(item: &LogItem) -> &'static str {
         LogItem::InodeCreate { .. } => "inode-create",
         LogItem::RefcountIntent { .. } => "refcount-intent",
         LogItem::RefcountDone { .. } => "refcount-done",
+        LogItem::ShiftIntent { .. } => "shift-intent",
+        LogItem::ShiftDone { .. } => "shift-done",
     }
 }
 

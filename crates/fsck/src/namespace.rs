@@ -212,11 +212,16 @@ impl Checker<'_> {
     ) {
         let mut next = head;
         let mut steps = 0;
+        let mut walked = Vec::new();
         while next != NULL_AG_INODE && steps < UNLINKED_CHAIN_MAX {
             steps += 1;
             let number = (u64::from(ag) << self.geometry.ag_inode_bits()) | u64::from(next);
+            let twice = !members.insert(number);
+            if !twice {
+                walked.push(number);
+            }
             let problem = match self.inodes.get(&number) {
-                _ if !members.insert(number) => Some("is on an unlinked list twice"),
+                _ if twice => Some("is on an unlinked list twice"),
                 None => Some("is on an unlinked list but not in use"),
                 Some(seen) if seen.nlink != 0 => Some("is on an unlinked list but has links"),
                 Some(_) if names.references.contains_key(&number) => {
@@ -228,6 +233,14 @@ impl Checker<'_> {
                 let message = format!("AG {ag} bucket {bucket}: inode {number} {problem}");
                 self.report
                     .add(Problem::new("unlinked list", Some(number), message));
+                if self.repairing {
+                    // Repair empties the bucket (as xfs_repair does); its members, with no
+                    // link and no list, are then orphans and freed.
+                    self.findings.broken_buckets.insert((ag, bucket));
+                    for member in walked {
+                        members.remove(&member);
+                    }
+                }
                 return;
             }
             next = self

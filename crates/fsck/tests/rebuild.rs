@@ -1,9 +1,10 @@
 //! Repairs that rebuild what other data determines, and damage that keeps a block verifying:
 //! a directory's two-level hash index after entries go or when one of its blocks is wrong,
 //! a directory whose data block 0 is lost, a file extent tree whose keys or counts are wrong,
-//! counters after repair frees blocks, nonzero reserved fields, a name held twice and a log
-//! whose newest record names no tail. After each, `-y` exits 1,
-//! `-n` is clean, a second `-y` changes nothing, and what the damage did not hold is intact.
+//! counters after repair frees blocks, nonzero reserved fields, flags and extent size hints
+//! an inode may not carry, a name held twice and a log whose newest record names no tail.
+//! After each, `-y` exits 1, `-n` is clean, a second `-y` changes nothing, and what the
+//! damage did not hold is intact.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -291,6 +292,56 @@ fn inode_spare_bytes_are_cleared() {
     let said = repair(&wide.image);
     assert!(said.contains("spare bytes cleared"), "{said}");
     frag_reads_back(&wide, &[]);
+}
+
+// Flags and hints an inode may not carry (CRC recomputed): a directory flag on a file, a
+// hint on a directory without EXTSIZE_INHERIT, unknown flag bits, a hint above half an AG.
+// `-n` names each; `-y` clears just those and keeps the inode, its other flags, its
+// project id and its data.
+#[test]
+fn damaged_flags_and_hints_are_cleared() {
+    use cairn_format::inode::{INODE_FLAG_NODUMP, INODE_FLAG_PROJECT_INHERIT};
+    type Edit = fn(&mut cairn_format::inode::InodeCore, u32);
+    let edits: [(&str, Edit, &str); 4] = [
+        (
+            "f1",
+            |core, _| core.flags |= INODE_FLAG_PROJECT_INHERIT,
+            "inheriting flags",
+        ),
+        ("a", |core, _| core.extent_size_hint = 16, "cannot use it"),
+        ("f1", |core, _| core.flags |= 1 << 12, "unknown inode flags"),
+        (
+            "f1",
+            |core, ag| core.extent_size_hint = ag / 2 + 1,
+            "above half an AG",
+        ),
+    ];
+    for (which, edit, want) in edits {
+        let image = common::populated();
+        let inode = if which == "a" { image.a } else { image.f1 };
+        let ag_blocks = image.geometry.ag_blocks;
+        common::edit_inode(&image, inode, |core, _| {
+            core.flags |= INODE_FLAG_NODUMP;
+            core.project_id = 9;
+            edit(core, ag_blocks);
+        });
+        let checked = fsck(&["-n", image.path.to_str().unwrap()]);
+        assert!(text(&checked).contains(want), "{want}: {}", text(&checked));
+        let said = repair(&image);
+        assert!(said.contains("cleared"), "{said}");
+        let (_device, fs) = mount_file(&image.path);
+        let kept = fs.file_attributes(inode).unwrap().attributes;
+        assert!(
+            kept.flags.no_dump && !kept.flags.project_inherit,
+            "{kept:?}"
+        );
+        assert_eq!((kept.project_id, kept.extent_size_hint), (9, 0));
+        if which == "f1" {
+            assert_eq!(fs.read(inode, 0, 10240).unwrap(), vec![7u8; 10240]);
+        }
+        fs.unmount().unwrap();
+        common::mounts(&image.path);
+    }
 }
 
 // An AGI whose newest_inode is off by 8 (not the first inode of a chunk), or a superblock

@@ -51,10 +51,17 @@ pub struct Args {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Print every subsystem's counters of a mounted cairn filesystem.
+    /// Print every subsystem's counters of a mounted cairn filesystem: as text for people,
+    /// or as JSON or OpenMetrics for monitoring agents (names and units in the user guide).
     Stats {
         /// Where the filesystem is mounted.
         mountpoint: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "text")]
+        format: StatsFormat,
+        /// Short for --format json.
+        #[arg(long, conflicts_with = "format")]
+        json: bool,
     },
     /// Make everything written to a mounted cairn filesystem durable, as sync(1) does on a
     /// kernel filesystem (which cannot reach a FUSE daemon): the kernel's dirty pages are
@@ -85,12 +92,36 @@ pub enum Command {
         #[arg(value_parser = parse_minimum)]
         size: Option<u64>,
     },
+    /// Show or set the extent size hint of files or directories, as `xfs_io -c extsize`
+    /// does on XFS: a file with a hint allocates space in whole units of it, and a
+    /// directory's hint is passed on to the files and directories made in it (set it on a
+    /// database's data directory before the files are made). Uses FS_IOC_FSSETXATTR.
+    Extsize {
+        /// Files or directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Set the hint to SIZE (bytes; K, M, G suffixes; a multiple of the block size;
+        /// 0 removes it). A file's hint can only change while it holds no data.
+        #[arg(short = 's', long, value_name = "SIZE", value_parser = parse_minimum)]
+        set: Option<u64>,
+    },
     /// Write the man pages of cairn, mkfs.cairn and fsck.cairn into a directory.
     Man {
         /// Output directory (created if missing).
         #[arg(default_value = "docs/man")]
         dir: PathBuf,
     },
+}
+
+/// How `cairn stats` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatsFormat {
+    /// Sections of `name: value` lines and a table of requests.
+    Text,
+    /// One JSON object.
+    Json,
+    /// The OpenMetrics text format (Prometheus).
+    Openmetrics,
 }
 
 /// Runs cairn with `args` (including the program name) and returns its exit status.
@@ -103,13 +134,18 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         }
     };
     let result = match &args.command {
-        Some(Command::Stats { mountpoint }) => print_stats(mountpoint),
+        Some(Command::Stats {
+            mountpoint,
+            format,
+            json,
+        }) => print_stats(mountpoint, if *json { StatsFormat::Json } else { *format }),
         Some(Command::Sync { path }) => sync(path),
         Some(Command::Trim {
             mountpoint,
             minimum,
         }) => trim(mountpoint, *minimum),
         Some(Command::Grow { device, size }) => grow(device, *size),
+        Some(Command::Extsize { paths, set }) => crate::extsize::run(paths, *set),
         Some(Command::Man { dir }) => crate::man::write_all(dir)
             .map(|written| println!("wrote {}", written.join(", ")))
             .map_err(|e| format!("{}: {e}", dir.display())),
@@ -315,7 +351,7 @@ fn grow_offline(path: &Path, size: Option<u64>) -> Result<Grown, String> {
 }
 
 /// `bytes` in the largest binary unit that keeps it at least 1.
-fn human_bytes(bytes: u64) -> String {
+pub(crate) fn human_bytes(bytes: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
@@ -326,9 +362,14 @@ fn human_bytes(bytes: u64) -> String {
     format!("{value:.1} {}", units[unit])
 }
 
-/// Prints the statistics text of the cairn mount at `mountpoint`.
-fn print_stats(mountpoint: &Path) -> Result<(), String> {
-    let text = read_stats(mountpoint).map_err(|error| {
+/// Prints the statistics of the cairn mount at `mountpoint` in `format`.
+fn print_stats(mountpoint: &Path, format: StatsFormat) -> Result<(), String> {
+    let name = match format {
+        StatsFormat::Text => STATS_XATTR,
+        StatsFormat::Json => crate::stats_export::STATS_JSON_XATTR,
+        StatsFormat::Openmetrics => crate::stats_export::STATS_OPENMETRICS_XATTR,
+    };
+    let text = read_root_xattr(mountpoint, name).map_err(|error| {
         let cairn = error.raw_os_error() != Some(libc::ENODATA)
             && error.raw_os_error() != Some(libc::EOPNOTSUPP);
         match cairn {

@@ -106,6 +106,22 @@ fn supplementary_groups(pid: u32) -> Vec<u32> {
     parse_groups(&status)
 }
 
+/// Whether process `pid` holds capability number `capability` in its effective set (read
+/// from `/proc/PID/status`; a process that has gone holds none).
+pub fn holds_capability(pid: u32, capability: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .is_ok_and(|status| effective_capabilities(&status) & (1 << capability) != 0)
+}
+
+/// The `CapEff:` line of a `/proc/PID/status` text (hexadecimal), 0 if missing.
+pub fn effective_capabilities(status: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|rest| u64::from_str_radix(rest.trim(), 16).ok())
+        .unwrap_or(0)
+}
+
 /// The `Groups:` line of a `/proc/PID/status` text.
 pub fn parse_groups(status: &str) -> Vec<u32> {
     status
@@ -144,5 +160,13 @@ mod tests {
         assert_eq!(parse_groups(status), vec![4, 24, 1000]);
         assert!(parse_groups("Name:\tx\n").is_empty());
         assert!(parse_groups("Groups:\n").is_empty());
+    }
+
+    // The CapEff line parses as a hexadecimal mask; a missing one is empty.
+    #[test]
+    fn capabilities_parse_from_status() {
+        let status = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t0000000000000200\n";
+        assert_eq!(effective_capabilities(status), 1 << 9);
+        assert_eq!(effective_capabilities("Name:\tx\n"), 0);
     }
 }

@@ -33,6 +33,7 @@ pub fn errno_code(error: &FsError) -> i32 {
         FsError::TooManyLinks => libc::EMLINK,
         FsError::NoData => libc::ENODATA,
         FsError::Range => libc::ERANGE,
+        FsError::FileTooBig => libc::EFBIG,
         // EUCLEAN is what XFS and ext4 return for detected corruption (EFSCORRUPTED).
         FsError::Corrupt { .. } => libc::EUCLEAN,
         FsError::Io { .. } | FsError::ShutDown => libc::EIO,

@@ -26,10 +26,13 @@ pub mod convert;
 pub mod core;
 pub mod daemon;
 pub mod errno;
+pub mod extsize;
+pub mod fileattr;
 pub mod logging;
 pub mod man;
 pub mod options;
 pub mod stats;
+pub mod stats_export;
 pub mod uring;
 pub mod watchdog;
 

@@ -43,8 +43,20 @@ fn mount_options_section() -> Roff {
     roff.control("SH", ["STATISTICS"]);
     roff.text([roman(
         "cairn stats MOUNTPOINT prints the counters of every subsystem and of FUSE \
-         requests by type. They are read as the extended attribute system.cairn.stats of \
-         the mount's root, so any user who can see the mount can read them.",
+         requests by type; --json and --format openmetrics print the same counters for \
+         monitoring agents, under stable names in base units (the user guide lists them). \
+         They are read as the extended attributes system.cairn.stats, \
+         system.cairn.stats.json and system.cairn.stats.openmetrics of the mount's root, \
+         so any user who can see the mount can read them.",
+    )]);
+    roff.control("SH", ["FILE ATTRIBUTES"]);
+    roff.text([roman(
+        "stat reports the birth time (statx, Linux 6.6 and later). chattr and lsattr set \
+         and show the immutable (i), append-only (a), sync (S), no-atime (A) and no-dump \
+         (d) flags and, on directories, project inheritance (P); FS_IOC_FSSETXATTR sets \
+         extent size hints and project ids (cairn extsize PATH --set SIZE). The daemon \
+         enforces the flags as XFS does: an immutable file takes no new writer, truncate, \
+         attribute, name or extended attribute change; an append-only file only appends.",
     )]);
     roff.control("SH", ["DURABILITY"]);
     roff.text([roman(
@@ -69,11 +81,12 @@ fn mount_options_section() -> Roff {
 }
 
 /// Subcommands of cairn and the names of their pages.
-const SUBCOMMAND_PAGES: [(&str, &str); 5] = [
+const SUBCOMMAND_PAGES: [(&str, &str); 6] = [
     ("stats", "cairn-stats"),
     ("sync", "cairn-sync"),
     ("trim", "cairn-trim"),
     ("grow", "cairn-grow"),
+    ("extsize", "cairn-extsize"),
     ("man", "cairn-man"),
 ];
 
@@ -142,6 +155,9 @@ mod tests {
         assert!(text("mkfs.cairn.8").contains("block\\-size"));
         assert!(text("fsck.cairn.8").contains("no\\-modify"));
         assert!(text("cairn-stats.8").contains("MOUNTPOINT"));
+        assert!(text("cairn-stats.8").contains("openmetrics"));
+        assert!(text("cairn-extsize.8").contains("SIZE"));
+        assert!(cairn.contains("FILE ATTRIBUTES"));
         let db = text("cairn-db.8");
         assert!(db.contains("freesp") && db.contains("logprint"), "{db}");
     }

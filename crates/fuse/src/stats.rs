@@ -29,6 +29,7 @@ macro_rules! ops {
 
 ops! {
     Lookup => "lookup", Forget => "forget", Getattr => "getattr", Setattr => "setattr",
+    Statx => "statx", Ioctl => "ioctl",
     Readlink => "readlink", Mknod => "mknod", Mkdir => "mkdir", Unlink => "unlink",
     Rmdir => "rmdir", Symlink => "symlink", Rename => "rename", Link => "link",
     Open => "open", Read => "read", Write => "write", Flush => "flush",
@@ -37,7 +38,7 @@ ops! {
     Statfs => "statfs", Setxattr => "setxattr", Getxattr => "getxattr",
     Listxattr => "listxattr", Removexattr => "removexattr", Access => "access",
     Create => "create", Fallocate => "fallocate", Lseek => "lseek",
-    CopyFileRange => "copy_file_range",
+    CopyFileRange => "copy_file_range", Tmpfile => "tmpfile",
 }
 
 /// Number of request types.
@@ -384,6 +385,14 @@ impl RequestStats {
         let _ = self.transport.set(status);
     }
 
+    /// The transport's status lines (`key: value`), once the session is up.
+    pub fn transport_lines(&self) -> Vec<String> {
+        self.transport
+            .get()
+            .map(|transport| transport.lines())
+            .unwrap_or_default()
+    }
+
     /// Seconds since the mount.
     pub fn uptime_secs(&self) -> f64 {
         self.started.elapsed().as_secs_f64()
@@ -484,7 +493,7 @@ mod tests {
         assert_eq!(write.count, 1);
         assert_eq!(write.errors, 1);
         assert!(lookup.max_ns <= lookup.total_ns);
-        assert_eq!(OP_NAMES.len(), Op::CopyFileRange as usize + 1);
+        assert_eq!(OP_NAMES.len(), Op::Tmpfile as usize + 1);
     }
 
     // A latency's bucket has an upper bound at or above it and at most 25% over it, and

@@ -13,42 +13,12 @@ mod common;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-use common::{Mount, NOBODY, Scratch, fsck, python_as};
+use common::{Mount, NOBODY, Scratch, fsck, python_as, same_answers};
 
 const BATTERY: &str = include_str!("posix/battery.py");
 const BATTERY_USER: &str = include_str!("posix/battery_user.py");
 const EXPECTED: &str = include_str!("posix/expected.txt");
 const EXPECTED_USER: &str = include_str!("posix/expected_user.txt");
-
-/// Whether answer `got` is the expected line `want`, or one of its alternatives
-/// (`check: a || check: b`).
-fn matches(want: Option<&&str>, got: Option<&&str>) -> bool {
-    match (want, got) {
-        (Some(want), Some(got)) => want.split(" || ").any(|w| w == *got),
-        (None, None) => true,
-        _ => false,
-    }
-}
-
-/// Asserts that `got` has exactly the non-comment lines of `expected`, naming every
-/// difference.
-fn same_answers(what: &str, expected: &str, got: &str) {
-    let want: Vec<&str> = expected.lines().filter(|l| !l.starts_with('#')).collect();
-    let have: Vec<&str> = got.lines().collect();
-    let mut differences = Vec::new();
-    for index in 0..want.len().max(have.len()) {
-        let (w, h) = (want.get(index), have.get(index));
-        if !matches(w, h) {
-            differences.push(format!("  want {w:?}\n  got  {h:?}"));
-        }
-    }
-    assert!(
-        differences.is_empty(),
-        "{what}: {} answers differ from XFS's:\n{}",
-        differences.len(),
-        differences.join("\n")
-    );
-}
 
 // Errno cases (long names, loops, ENOTDIR, EISDIR, rmdir and rename corners, O_EXCL,
 // descriptor modes), link counts and the timestamps each call changes, as root; then

@@ -406,8 +406,7 @@ os.close(dir_fd)
 }
 
 // Item 9: the creation time is stored in the inode when the file is made, stays through
-// writes, chmod and rename, and `cairn-db inode` shows it. (statx cannot report it: fuser
-// 0.18 has no FUSE_STATX request; see docs/fuse.md.)
+// writes, chmod and rename, and `cairn-db inode` shows it (statx shows it too: flags.rs).
 #[test]
 fn birth_time_is_stored_and_shown() {
     let scratch = Scratch::new();
@@ -439,8 +438,9 @@ fn birth_time_is_stored_and_shown() {
         .and_then(|rest| rest.split(',').next())
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or_else(|| panic!("no btime seconds in:\n{text}"));
+    // The inode's times come from the coarse clock, which lags by up to a tick.
     assert!(
-        (before..=after).contains(&seconds),
+        (before.saturating_sub(1)..=after).contains(&seconds),
         "btime {seconds} not in {before}..={after}"
     );
 }

@@ -4,9 +4,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::item::{IntentWork, ItemKey};
 use cairn_bufcache::{BufHandle, ReadSpec};
 use cairn_format::Lsn;
+
+use crate::item::{IntentWork, ItemKey};
 
 /// What the AIL keeps of an item to write it home.
 #[derive(Debug, Clone)]

@@ -4,13 +4,13 @@ use std::ops::Range;
 
 use cairn_bufcache::{BufHandle, BufKey, ReadSpec};
 use cairn_format::OnDisk;
-use cairn_format::log::{FreeExtent, InodeCreate, LogItem, RefcountUpdate};
+use cairn_format::log::{FreeExtent, InodeCreate, LogItem, RefcountUpdate, ShiftIntent};
 use cairn_format::{FsBlock, InodeNumber};
 
 use crate::JournalError;
 use crate::config::{ITEM_HEADER_BYTES, VECTOR_REGIONS_MAX};
 
-/// Identifies one intent (extent-free or refcount) and its done item.
+/// Identifies one intent (extent-free, refcount or shift) and its done item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct IntentId(pub u64);
 
@@ -21,14 +21,17 @@ pub enum IntentWork {
     Free(Vec<FreeExtent>),
     /// Apply these refcount updates (reflink).
     Refcount(Vec<RefcountUpdate>),
+    /// Finish this collapse or insert range.
+    Shift(ShiftIntent),
 }
 
 impl IntentWork {
-    /// Extents or updates it names.
+    /// Extents, updates (or shifts) it names.
     pub fn len(&self) -> usize {
         match self {
             Self::Free(extents) => extents.len(),
             Self::Refcount(updates) => updates.len(),
+            Self::Shift(_) => 1,
         }
     }
 
@@ -42,6 +45,7 @@ impl IntentWork {
 pub(crate) enum IntentKind {
     Free,
     Refcount,
+    Shift,
 }
 
 /// The checkpoint sequence a commit went into; forcing it makes that commit durable.
@@ -125,8 +129,21 @@ impl Vector {
             Self::Inode { image } => {
                 (ITEM_HEADER_BYTES + inode_used_bytes(image) as u64).next_multiple_of(8)
             }
-            Self::Intent { work } => ITEM_HEADER_BYTES + 8 + 16 * work.len() as u64,
-            Self::Done { .. } => ITEM_HEADER_BYTES + 8,
+            Self::Intent {
+                work: IntentWork::Free(extents),
+            } => ITEM_HEADER_BYTES + 8 + 16 * extents.len() as u64,
+            Self::Intent {
+                work: IntentWork::Refcount(updates),
+            } => ITEM_HEADER_BYTES + 8 + 16 * updates.len() as u64,
+            Self::Intent {
+                work: IntentWork::Shift(_),
+            } => ITEM_HEADER_BYTES + ShiftIntent::SIZE as u64,
+            Self::Done {
+                kind: IntentKind::Free | IntentKind::Refcount,
+            } => ITEM_HEADER_BYTES + 8,
+            Self::Done {
+                kind: IntentKind::Shift,
+            } => ITEM_HEADER_BYTES,
         }
     }
 
@@ -174,6 +191,10 @@ impl Vector {
                     intent_id: id.0,
                     updates: updates.clone(),
                 },
+                IntentWork::Shift(shift) => LogItem::ShiftIntent {
+                    intent_id: id.0,
+                    shift: *shift,
+                },
             }],
             (Self::Done { kind }, ItemKey::Intent(id)) => vec![match kind {
                 IntentKind::Free => LogItem::ExtentFreeDone {
@@ -181,6 +202,7 @@ impl Vector {
                     extents: Vec::new(),
                 },
                 IntentKind::Refcount => LogItem::RefcountDone { intent_id: id.0 },
+                IntentKind::Shift => LogItem::ShiftDone { intent_id: id.0 },
             }],
             _ => Vec::new(),
         }

@@ -338,6 +338,13 @@ impl Journal {
         inner.write_marker(true)
     }
 
+    /// Shuts the journal down for `reason`, as a failed log write would: for a caller that
+    /// left a change it cannot finish in memory (a collapse or insert range that failed half
+    /// way; recovery finishes it from its intent). Later operations fail with `Shutdown`.
+    pub fn shut_down_now(&self, reason: String) {
+        self.inner.shut_down(reason);
+    }
+
     /// Why the journal shut down (the first cause), or `None` while it runs.
     pub fn shutdown_reason(&self) -> Option<String> {
         self.inner.shutdown.lock().clone()

@@ -52,4 +52,6 @@ pub use reservation::{Reservation, buffer_item_bytes_max, checkpoint_bytes_max, 
 pub use stats::JournalStats;
 pub use transaction::Transaction;
 
-pub use cairn_format::log::{FreeExtent, RefcountOp, RefcountUpdate};
+pub use cairn_format::log::{
+    FreeExtent, RefcountOp, RefcountUpdate, SHIFT_NOTHING_MOVED, ShiftIntent, ShiftKind,
+};

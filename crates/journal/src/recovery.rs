@@ -219,7 +219,8 @@ fn scan(
                             checkpoint.cancels.push((block.0, checkpoint.items));
                         }
                         LogItem::ExtentFreeIntent { intent_id, .. }
-                        | LogItem::RefcountIntent { intent_id, .. } => {
+                        | LogItem::RefcountIntent { intent_id, .. }
+                        | LogItem::ShiftIntent { intent_id, .. } => {
                             max_intent = max_intent.max(Some(intent_id));
                         }
                         _ => {}
@@ -449,7 +450,13 @@ impl<'d> Replay<'d> {
                 pending.insert(*intent_id, IntentWork::Refcount(updates.clone()));
                 true
             }
-            LogItem::ExtentFreeDone { intent_id, .. } | LogItem::RefcountDone { intent_id } => {
+            LogItem::ShiftIntent { intent_id, shift } => {
+                pending.insert(*intent_id, IntentWork::Shift(*shift));
+                true
+            }
+            LogItem::ExtentFreeDone { intent_id, .. }
+            | LogItem::RefcountDone { intent_id }
+            | LogItem::ShiftDone { intent_id } => {
                 pending.remove(intent_id);
                 true
             }

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use cairn_bufcache::{BufGuard, BufKey, ReadSpec};
 use cairn_format::limits::LOG_INTENT_EXTENTS_MAX;
-use cairn_format::log::{FreeExtent, InodeCreate, RefcountUpdate};
+use cairn_format::log::{FreeExtent, InodeCreate, RefcountUpdate, ShiftIntent};
 use cairn_format::{InodeNumber, Lsn};
 
 use crate::JournalError;
@@ -243,6 +243,13 @@ impl<'j> Transaction<'j> {
         self.log_intent(IntentWork::Refcount(updates.to_vec()))
     }
 
+    /// Logs a collapse or insert range in progress (`shift`); each later step logs the done
+    /// item of the previous intent and a new one, the last only the done item
+    /// (`log_shift_done`).
+    pub fn log_shift_intent(&mut self, shift: &ShiftIntent) -> IntentId {
+        self.log_intent(IntentWork::Shift(*shift))
+    }
+
     fn log_intent(&mut self, work: IntentWork) -> IntentId {
         let id = IntentId(
             self.journal
@@ -262,6 +269,11 @@ impl<'j> Transaction<'j> {
     /// Logs that the refcount intent `intent` is finished.
     pub fn log_refcount_done(&mut self, intent: IntentId) {
         self.dones.push((intent, IntentKind::Refcount));
+    }
+
+    /// Logs that the shift intent `intent` is finished (or superseded by a newer one).
+    pub fn log_shift_done(&mut self, intent: IntentId) {
+        self.dones.push((intent, IntentKind::Shift));
     }
 
     /// Declares that this transaction makes no device write before it reachable: no block

@@ -74,6 +74,8 @@ pub use crate::reply::ReplyPoll;
 pub use crate::reply::ReplyStatfs;
 pub use crate::reply::ReplyWrite;
 pub use crate::reply::ReplyXattr;
+#[cfg(target_os = "linux")]
+pub use crate::statx::ReplyStatx;
 pub use crate::request_param::Request;
 pub use crate::session::BackgroundSession;
 pub use crate::session::Dispatched;
@@ -105,6 +107,8 @@ mod reply;
 mod request;
 mod request_param;
 mod session;
+#[cfg(target_os = "linux")]
+mod statx;
 mod time;
 
 /// We generally support async reads
@@ -1014,6 +1018,47 @@ pub trait Filesystem: Send + Sync + 'static {
             "[Not Implemented] copy_file_range(ino_in: {ino_in:#x?}, fh_in: {fh_in}, \
             offset_in: {offset_in}, ino_out: {ino_out:#x?}, fh_out: {fh_out}, \
             offset_out: {offset_out}, len: {len}, flags: {flags:?})"
+        );
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// cairn patch (CAIRN-PATCH.md item 6): get file attributes with the birth time and
+    /// the statx attribute bits (`FUSE_STATX`, Linux 6.6+). `fh` is the open file the
+    /// caller asked through, if any; `flags` are statx(2)'s `AT_STATX_*` flags and `mask`
+    /// the `STATX_*` fields it asked for. The kernel sends this instead of getattr only
+    /// when a caller asks for more than the basic fields; once answered `ENOSYS` it stops.
+    #[cfg(target_os = "linux")]
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        flags: u32,
+        mask: u32,
+        reply: ReplyStatx,
+    ) {
+        warn!(
+            "[Not Implemented] statx(ino: {ino:#x?}, fh: {fh:?}, flags: {flags:#x}, \
+            mask: {mask:#x})"
+        );
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// Create and open an unnamed regular file in directory `parent` (`O_TMPFILE`, Linux
+    /// 6.1+): reply as to `create`, with a new inode that no directory names. `flags` holds
+    /// the open flags, `O_EXCL` among them when the file may never get a name.
+    fn tmpfile(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        warn!(
+            "[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, \
+            umask: {umask:#x?}, flags: {flags:#x?})"
         );
         reply.error(Errno::ENOSYS);
     }

@@ -525,6 +525,17 @@ impl<'a> RequestWithSender<'a> {
                     self.reply(),
                 );
             }
+            #[cfg(target_os = "linux")]
+            ll::Operation::Statx(x) => {
+                filesystem.statx(
+                    self.request_header(),
+                    self.request.nodeid(),
+                    x.file_handle(),
+                    x.flags(),
+                    x.mask(),
+                    self.reply(),
+                );
+            }
             ll::Operation::CopyFileRange(x) => {
                 let (i, o) = (x.src()?, x.dest()?);
                 filesystem.copy_file_range(
@@ -536,6 +547,16 @@ impl<'a> RequestWithSender<'a> {
                     o.file_handle,
                     o.offset,
                     x.len(),
+                    x.flags(),
+                    self.reply(),
+                );
+            }
+            ll::Operation::Tmpfile(x) => {
+                filesystem.tmpfile(
+                    self.request_header(),
+                    self.request.nodeid(),
+                    x.mode(),
+                    x.umask(),
                     x.flags(),
                     self.reply(),
                 );

@@ -268,7 +268,8 @@ impl Model {
     }
 
     /// Applies `fallocate`: allocation extends the size unless kept; punch and zero range
-    /// zero the bytes inside the file (zero range may extend it).
+    /// zero the bytes inside the file (zero range may extend it); collapse removes the
+    /// range, insert puts that many zeros at its offset (the caller checked the range).
     pub fn fallocate(&mut self, inode: u64, offset: usize, len: usize, mode: FallocateMode) {
         let Some(Node::File { data, .. }) = self.nodes.get_mut(&inode) else {
             return;
@@ -279,6 +280,14 @@ impl Model {
                 !keep_size
             }
             FallocateMode::PunchHole => false,
+            FallocateMode::CollapseRange => {
+                data.drain(offset..end);
+                return;
+            }
+            FallocateMode::InsertRange => {
+                data.splice(offset..offset, std::iter::repeat_n(0, len));
+                return;
+            }
         };
         if grow && data.len() < end {
             data.resize(end, 0);

@@ -66,7 +66,7 @@ impl Repairer<'_> {
                 (std::mem::replace(&mut core.block_count, blocks), blocks)
             })?;
         }
-        for (&inode, &size) in &findings.wrong_dir_size {
+        for (&inode, &size) in &findings.wrong_size {
             self.set_counts(inode, "size", |core| {
                 (std::mem::replace(&mut core.size, size), size)
             })?;

@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 
 use cairn_format::header::stamp;
 use cairn_format::inode::{
-    BmapRoot, ForkFormat, INODE_CORE_SIZE, InodeCore, clear_inode_spare, free_inode_core,
+    BmapRoot, ForkFormat, INODE_CORE_SIZE, InodeCore, clear_inode_reserved, extent_size_hint_max,
+    free_inode_core,
 };
 use cairn_format::symlink::SymlinkHeader;
 use cairn_format::{Extent, FsBlock, InodeNumber, Lsn, MetaHeader, MetaKind, OnDisk};
@@ -57,7 +58,7 @@ pub(crate) struct InodePlan {
     attr_blocks: BTreeMap<u64, u64>,
     /// Symlink blocks (block, symlink) whose header is rewritten, their target kept.
     restamp_symlinks: Vec<(u64, u64)>,
-    /// Inodes whose spare bytes are cleared.
+    /// Inodes whose reserved fields are cleared (`clear_inode_reserved`).
     restamp_inodes: Vec<u64>,
     /// Pieces (block, offset, length) whose LSN is set to `lsn_limit`.
     future_lsns: Vec<(u64, usize, usize)>,
@@ -266,10 +267,11 @@ impl Repairer<'_> {
         for &inode in &plan.restamp_inodes {
             let (at, offset, mut block) = self.read_inode(inode)?;
             let raw = &mut block[offset..offset + self.geometry.inode_size as usize];
-            clear_inode_spare(raw);
+            let hint_max = extent_size_hint_max(self.geometry.ag_blocks);
+            let cleared = clear_inode_reserved(raw, hint_max).join(", ");
             stamp_inode(raw);
             self.write_block_bytes(at, &block)?;
-            self.action(format!("inode {inode}: spare bytes cleared"));
+            self.action(format!("inode {inode}: {cleared} cleared"));
         }
         for &(at, inode) in &plan.restamp_symlinks {
             self.restamp_symlink_block(at, inode)?;

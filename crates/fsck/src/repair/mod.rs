@@ -8,11 +8,12 @@
 //!    `-y`, a log that cannot be read or replayed is discarded: replaced by a clean log whose
 //!    LSN is above every metadata LSN (a replay failing for a reason outside the log keeps
 //!    the log unless `-L`);
-//! 1. inodes (`inodes.rs`): LSNs past the log set back, spare bytes cleared, inodes whose core
-//!    cannot be saved cleared; extents past the device, across an AG or over metadata are
-//!    dropped, extents over another file's data get a copy; damaged attr forks keep the
-//!    attributes that verify and get their index stored anew (`attrs.rs`); a damaged extent
-//!    map is stored anew from the extents that verify (`fork_map.rs`);
+//! 1. inodes (`inodes.rs`): LSNs past the log set back, spare bytes and flags or extent size
+//!    hints the inode may not carry cleared, inodes whose core cannot be saved cleared;
+//!    extents past the device, across an AG or over metadata are dropped, extents over
+//!    another file's data get a copy; damaged attr forks keep the attributes that verify and
+//!    get their index stored anew (`attrs.rs`); a damaged extent map is stored anew from
+//!    the extents that verify (`fork_map.rs`);
 //! 2. the namespace (`names.rs`, only when the survey found namespace problems): entries
 //!    naming free inodes, of the wrong type or giving a directory a second parent are
 //!    removed, damaged directory blocks salvaged or emptied (block 0 keeps its markers), `..`
@@ -45,6 +46,7 @@ use std::path::Path;
 
 use cairn_blockdev::{AlignedBuf, BlockDevice, DeviceError};
 use cairn_format::header::stamp;
+use cairn_format::types::NULL_AG_INODE;
 use cairn_format::{FormatError, FsBlock, Geometry, Superblock};
 
 use crate::FsckError;
@@ -201,7 +203,13 @@ impl<'a> Repairer<'a> {
                 break;
             }
         }
-        let heads: BTreeMap<u32, Vec<u32>> = survey.unlinked_heads.iter().cloned().collect();
+        let mut heads: BTreeMap<u32, Vec<u32>> = survey.unlinked_heads.iter().cloned().collect();
+        for &(ag, bucket) in &survey.findings.broken_buckets {
+            if let Some(head) = heads.get_mut(&ag).and_then(|list| list.get_mut(bucket)) {
+                *head = NULL_AG_INODE;
+                self.action(format!("AG {ag}: unlinked bucket {bucket} emptied"));
+            }
+        }
         let claims = std::mem::take(&mut survey.claims);
         let chunks = std::mem::take(&mut survey.findings.chunks);
         let shared = match survey.superblock.has_reflink() {

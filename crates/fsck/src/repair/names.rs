@@ -491,6 +491,7 @@ impl Repairer<'_> {
             attr_offset: 0,
             rdev: 0,
             cow_extent_size_hint: 0,
+            project_id: 0,
         };
         let mut literal = vec![0u8; self.geometry.inode_size as usize - INODE_CORE_SIZE];
         literal[..bytes.len()].copy_from_slice(&bytes);

@@ -1,6 +1,6 @@
 //! Helpers for requests on open files: open flags and in-daemon range copies.
 
-use cairn_fs::{FallocateMode, Filesystem, FsError, SeekKind};
+use cairn_fs::{FallocateMode, Filesystem, FsError, OpenMode, SeekKind, handle_is_direct};
 use fuser::FopenFlags;
 
 /// Largest range one copy_file_range request copies by moving data (the caller loops for
@@ -10,28 +10,22 @@ const COPY_BYTES_MAX: u64 = 16 << 20;
 /// (`fuse_write_out`), and the kernel asks for at most this much (a page-aligned `u32`).
 const SHARE_BYTES_MAX: u64 = (u32::MAX - 0xfff) as u64;
 
-/// What an open asks of the filesystem.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct OpenMode {
-    pub write: bool,
-    pub truncate: bool,
-    pub direct: bool,
-}
-
 /// The open mode of raw `open(2)` flags.
 pub(super) fn open_mode(flags: i32) -> OpenMode {
     OpenMode {
         write: flags & libc::O_ACCMODE != libc::O_RDONLY,
+        append: flags & libc::O_APPEND != 0,
         truncate: flags & libc::O_TRUNC != 0,
         direct: flags & libc::O_DIRECT != 0,
     }
 }
 
-/// Reply flags of an open: `O_DIRECT` opens bypass the kernel's page cache (and may write
-/// in parallel: the filesystem locks ranges itself); the others keep the cache across
-/// opens, as nothing but this daemon changes the data.
-pub(super) fn fopen_flags(mode: OpenMode) -> FopenFlags {
-    if mode.direct {
+/// Reply flags of an open by its handle: direct handles (`O_DIRECT`, or a writer of a file
+/// with the sync flag) bypass the kernel's page cache (and may write in parallel: the
+/// filesystem locks ranges itself); the others keep the cache across opens, as nothing but
+/// this daemon changes the data.
+pub(super) fn fopen_flags(handle: u64) -> FopenFlags {
+    if handle_is_direct(handle) {
         FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
     } else {
         FopenFlags::FOPEN_KEEP_CACHE
@@ -39,7 +33,7 @@ pub(super) fn fopen_flags(mode: OpenMode) -> FopenFlags {
 }
 
 /// The filesystem mode of fallocate(2) mode bits; `None` for combinations it does not
-/// offer (collapse, insert, unshare, or a hole punch without KEEP_SIZE, which the kernel
+/// offer (unshare, write zeroes, or a hole punch without KEEP_SIZE, which the kernel
 /// refuses anyway).
 pub(super) fn fallocate_mode(mode: i32) -> Option<FallocateMode> {
     let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
@@ -47,6 +41,10 @@ pub(super) fn fallocate_mode(mode: i32) -> Option<FallocateMode> {
         0 => Some(FallocateMode::Allocate { keep_size }),
         libc::FALLOC_FL_PUNCH_HOLE if keep_size => Some(FallocateMode::PunchHole),
         libc::FALLOC_FL_ZERO_RANGE => Some(FallocateMode::ZeroRange { keep_size }),
+        // Linux takes these two alone (not with KEEP_SIZE). The kernel's FUSE does not
+        // forward them as of 6.18 (`fuse_file_fallocate` refuses them itself).
+        libc::FALLOC_FL_COLLAPSE_RANGE if !keep_size => Some(FallocateMode::CollapseRange),
+        libc::FALLOC_FL_INSERT_RANGE if !keep_size => Some(FallocateMode::InsertRange),
         _ => None,
     }
 }
@@ -83,23 +81,18 @@ pub(super) fn copy_range(
 mod tests {
     use super::*;
 
-    // Access mode, O_TRUNC and O_DIRECT are read from the flags; direct opens skip the cache.
+    // Access mode, O_APPEND, O_TRUNC and O_DIRECT are read from the flags; direct handles
+    // skip the cache.
     #[test]
     fn open_flags_translate() {
         let read = open_mode(libc::O_RDONLY);
-        assert_eq!(
-            read,
-            OpenMode {
-                write: false,
-                truncate: false,
-                direct: false
-            }
-        );
+        assert_eq!(read, OpenMode::default());
         let write = open_mode(libc::O_WRONLY | libc::O_TRUNC | libc::O_DIRECT);
-        assert!(write.write && write.truncate && write.direct);
+        assert!(write.write && write.truncate && write.direct && !write.append);
         assert!(open_mode(libc::O_RDWR).write);
-        assert!(fopen_flags(write).contains(FopenFlags::FOPEN_DIRECT_IO));
-        assert_eq!(fopen_flags(read), FopenFlags::FOPEN_KEEP_CACHE);
+        assert!(open_mode(libc::O_WRONLY | libc::O_APPEND).append);
+        assert!(fopen_flags(0b11).contains(FopenFlags::FOPEN_DIRECT_IO));
+        assert_eq!(fopen_flags(0b01), FopenFlags::FOPEN_KEEP_CACHE);
     }
 
     // fallocate(2) modes map to the filesystem's; unsupported ones are refused.
@@ -121,7 +114,15 @@ mod tests {
             fallocate_mode(libc::FALLOC_FL_ZERO_RANGE | keep),
             Some(FallocateMode::ZeroRange { keep_size: true })
         );
-        assert_eq!(fallocate_mode(libc::FALLOC_FL_COLLAPSE_RANGE), None);
+        assert_eq!(
+            fallocate_mode(libc::FALLOC_FL_COLLAPSE_RANGE),
+            Some(FallocateMode::CollapseRange)
+        );
+        assert_eq!(
+            fallocate_mode(libc::FALLOC_FL_INSERT_RANGE),
+            Some(FallocateMode::InsertRange)
+        );
+        assert_eq!(fallocate_mode(libc::FALLOC_FL_INSERT_RANGE | keep), None);
         assert_eq!(seek_kind(libc::SEEK_DATA), Some(SeekKind::Data));
         assert_eq!(seek_kind(libc::SEEK_HOLE), Some(SeekKind::Hole));
         assert_eq!(seek_kind(libc::SEEK_SET), None);

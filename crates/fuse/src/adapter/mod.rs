@@ -5,6 +5,7 @@
 
 mod dir;
 mod file;
+mod fileattr;
 mod init;
 mod node;
 mod ops;

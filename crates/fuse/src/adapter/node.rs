@@ -29,43 +29,55 @@ pub(super) fn set_attr(
     }
 }
 
-/// The rename mode of FUSE rename flags; `None` for whiteouts, unknown bits, or both
-/// exchange and no-replace (which rename(2) refuses with EINVAL).
-pub(super) fn rename_mode(flags: RenameFlags) -> Option<RenameMode> {
-    let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
+/// The rename mode of FUSE rename flags, and whether the source's name becomes a whiteout;
+/// `None` for unknown bits, or for exchange with no-replace or with a whiteout (which
+/// rename(2) refuses with EINVAL).
+pub(super) fn rename_mode(flags: RenameFlags) -> Option<(RenameMode, bool)> {
+    let known =
+        RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT;
     if !known.contains(flags) {
         return None;
     }
-    match (
+    let whiteout = flags.contains(RenameFlags::RENAME_WHITEOUT);
+    let mode = match (
         flags.contains(RenameFlags::RENAME_NOREPLACE),
         flags.contains(RenameFlags::RENAME_EXCHANGE),
     ) {
-        (false, false) => Some(RenameMode::Replace),
-        (true, false) => Some(RenameMode::NoReplace),
-        (false, true) => Some(RenameMode::Exchange),
-        (true, true) => None,
-    }
+        (false, false) => RenameMode::Replace,
+        (true, false) => RenameMode::NoReplace,
+        (false, true) if !whiteout => RenameMode::Exchange,
+        _ => return None,
+    };
+    Some((mode, whiteout))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    // Each rename(2) flag selects its mode; whiteouts and contradictions are refused.
+    // Each rename(2) flag selects its mode, a whiteout goes with replace or no-replace;
+    // contradictions are refused.
     #[test]
     fn rename_flags_translate() {
-        assert_eq!(rename_mode(RenameFlags::empty()), Some(RenameMode::Replace));
+        use RenameFlags as F;
+        let whiteout = F::RENAME_WHITEOUT;
+        assert_eq!(rename_mode(F::empty()), Some((RenameMode::Replace, false)));
         assert_eq!(
-            rename_mode(RenameFlags::RENAME_NOREPLACE),
-            Some(RenameMode::NoReplace)
+            rename_mode(F::RENAME_NOREPLACE),
+            Some((RenameMode::NoReplace, false))
         );
         assert_eq!(
-            rename_mode(RenameFlags::RENAME_EXCHANGE),
-            Some(RenameMode::Exchange)
+            rename_mode(F::RENAME_EXCHANGE),
+            Some((RenameMode::Exchange, false))
         );
-        assert_eq!(rename_mode(RenameFlags::RENAME_WHITEOUT), None);
-        let both = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
-        assert_eq!(rename_mode(both), None);
+        assert_eq!(rename_mode(whiteout), Some((RenameMode::Replace, true)));
+        assert_eq!(
+            rename_mode(whiteout | F::RENAME_NOREPLACE),
+            Some((RenameMode::NoReplace, true))
+        );
+        assert_eq!(rename_mode(whiteout | F::RENAME_EXCHANGE), None);
+        assert_eq!(rename_mode(F::RENAME_NOREPLACE | F::RENAME_EXCHANGE), None);
+        assert_eq!(rename_mode(F::from_bits_retain(1 << 7)), None);
     }
 
     // Mode type bits are dropped, times and ids carried over.

@@ -5,12 +5,12 @@ use std::io;
 use std::path::Path;
 use std::time::SystemTime;
 
-use cairn_fs::{Credentials, FileKind, FsError, OpenFile, handle_is_direct};
+use cairn_fs::{Credentials, FileKind, FsError, OpenFile, WriteOrigin};
 use fuser::{
-    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, FopenFlags, INodeNo, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, FopenFlags, INodeNo, IoctlFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyStatx, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::CairnFs;
@@ -20,6 +20,7 @@ use super::xattr::{is_reserved, name_list, reply_value, xattr_flags};
 use crate::convert::{
     credentials, credentials_with_umask, kind_of_mode, name_bytes, permission_bits,
 };
+use crate::fileattr::{STATX_ATTRIBUTES_MASK, statx_attributes};
 use crate::stats::Op;
 
 fn errno(code: i32) -> Errno {
@@ -61,6 +62,29 @@ impl fuser::Filesystem for CairnFs {
         match self.fs().and_then(|fs| fs.getattr(self.inode(ino))) {
             Ok(attr) => reply.attr(&self.settings.attr_timeout, &self.fuse_attr(&attr)),
             Err(error) => reply.error(self.fail(Op::Getattr, &error)),
+        }
+    }
+
+    /// A stat that asked for more than the basic fields (the birth time): the kernel sends
+    /// this instead of a getattr, never beside one, and caches the birth time.
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: Option<FileHandle>,
+        _flags: u32,
+        _mask: u32,
+        reply: ReplyStatx,
+    ) {
+        let _timer = self.requests.start(Op::Statx, ino.0);
+        match self.fs().and_then(|fs| fs.getattr(self.inode(ino))) {
+            Ok(attr) => reply.statx(
+                &self.settings.attr_timeout,
+                &self.fuse_attr(&attr),
+                statx_attributes(&attr.flags),
+                STATX_ATTRIBUTES_MASK,
+            ),
+            Err(error) => reply.error(self.fail(Op::Statx, &error)),
         }
     }
 
@@ -202,16 +226,18 @@ impl fuser::Filesystem for CairnFs {
         reply: ReplyEmpty,
     ) {
         let _timer = self.requests.start(Op::Rename, parent.0);
-        let Some(mode) = rename_mode(flags) else {
+        let Some((mode, whiteout)) = rename_mode(flags) else {
             reply.error(self.refuse(Op::Rename, errno(libc::EINVAL)));
             return;
         };
         let (from, to) = (self.inode(parent), self.inode(newparent));
         let (name, newname) = (name_bytes(name), name_bytes(newname));
-        match self
-            .fs()
-            .and_then(|fs| fs.rename(from, name, to, newname, mode, &credentials(req)))
-        {
+        let who = credentials(req);
+        let renamed = self.fs().and_then(|fs| match whiteout {
+            true => fs.rename_whiteout(from, name, to, newname, mode, &who),
+            false => fs.rename(from, name, to, newname, mode, &who),
+        });
+        match renamed {
             Ok(()) => reply.ok(),
             Err(error) => reply.error(self.fail(Op::Rename, &error)),
         }
@@ -240,16 +266,13 @@ impl fuser::Filesystem for CairnFs {
         let _timer = self.requests.start(Op::Open, ino.0);
         let mode = open_mode(flags.0);
         let who = credentials(req);
-        match self.fs().and_then(|fs| {
-            fs.open(
-                self.inode(ino),
-                mode.write,
-                mode.truncate,
-                mode.direct,
-                &who,
-            )
-        }) {
-            Ok(file) => reply.opened(FileHandle(file.handle), fopen_flags(mode)),
+        match self
+            .fs()
+            .and_then(|fs| fs.open_with(self.inode(ino), &mode, &who))
+        {
+            // The handle says whether its writes bypass the cache (O_DIRECT, or a file with
+            // the sync flag).
+            Ok(file) => reply.opened(FileHandle(file.handle), fopen_flags(file.handle)),
             Err(error) => reply.error(self.fail(Op::Open, &error)),
         }
     }
@@ -293,13 +316,16 @@ impl fuser::Filesystem for CairnFs {
         let inode = self.inode(ino);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         let writer = kill.then(|| credentials(req));
+        // The inode flags' rules depend on whether this is the writeback of the kernel's
+        // cache (FUSE_WRITE_CACHE, whose handle is a guess) and which handle it came by.
+        let origin = WriteOrigin {
+            handle: Some(fh.0),
+            from_cache: write_flags.contains(WriteFlags::FUSE_WRITE_CACHE),
+            clears_set_id: writer.as_ref(),
+        };
         let written = self
             .fs()
-            .and_then(|fs| match (handle_is_direct(fh.0), &writer) {
-                (true, writer) => fs.write_direct(inode, offset, data, writer.as_ref()),
-                (false, Some(writer)) => fs.write_clearing_set_id(inode, offset, data, writer),
-                (false, None) => fs.write(inode, offset, data),
-            });
+            .and_then(|fs| fs.write_from(inode, offset, data, &origin));
         match written {
             Ok(written) => reply.written(written),
             Err(error) => reply.error(self.fail(Op::Write, &error)),
@@ -554,29 +580,50 @@ impl fuser::Filesystem for CairnFs {
             Ok(attr) => attr,
             Err(error) => return reply.error(self.fail(Op::Create, &error)),
         };
-        // The creator may open what it made whatever the new mode says (open(2) with
-        // O_CREAT on a new file checks no permission), hence root credentials here.
-        let open = open_mode(flags);
-        match self.fs().and_then(|fs| {
-            fs.open(
-                attr.inode,
-                open.write,
-                false,
-                open.direct,
-                &Credentials::root(),
-            )
-        }) {
-            Ok(file) => {
-                let generation = fuser::Generation(u64::from(attr.generation));
-                let fuse_attr = self.fuse_attr(&attr);
-                let ttl = self.settings.entry_timeout.min(self.settings.attr_timeout);
-                let handle = FileHandle(file.handle);
-                reply.created(&ttl, &fuse_attr, generation, handle, fopen_flags(open));
-            }
-            Err(error) => {
-                self.drop_reference(attr.inode, 1);
-                reply.error(self.fail(Op::Create, &error));
-            }
+        self.open_created(Op::Create, &attr, flags, reply);
+    }
+
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let _timer = self.requests.start(Op::Tmpfile, parent.0);
+        let (parent, who) = (self.inode(parent), credentials_with_umask(req, umask));
+        // O_EXCL: the file may never get a name (the kernel refuses the link as well).
+        let exclusive = flags & libc::O_EXCL != 0;
+        let made = self
+            .fs()
+            .and_then(|fs| fs.tmpfile(parent, permission_bits(mode), exclusive, &who));
+        match made {
+            Ok(attr) => self.open_created(Op::Tmpfile, &attr, flags, reply),
+            Err(error) => reply.error(self.fail(Op::Tmpfile, &error)),
+        }
+    }
+
+    /// The inode flag ioctls (chattr, lsattr, FS_IOC_FSSETXATTR), which the kernel sends
+    /// restricted (their data copied in and out for us); others are ENOTTY.
+    fn ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let _timer = self.requests.start(Op::Ioctl, ino.0);
+        match self.serve_ioctl(req, self.inode(ino), cmd, in_data) {
+            Ok(Ok(out)) if out.len() <= out_size as usize => reply.ioctl(0, &out),
+            Ok(Ok(_)) => reply.error(self.refuse(Op::Ioctl, errno(libc::EINVAL))),
+            Ok(Err(errno)) => reply.error(self.refuse(Op::Ioctl, errno)),
+            Err(error) => reply.error(self.fail(Op::Ioctl, &error)),
         }
     }
 
@@ -651,6 +698,35 @@ impl fuser::Filesystem for CairnFs {
         {
             Ok(copied) => reply.written(copied),
             Err(error) => reply.error(self.fail(Op::CopyFileRange, &error)),
+        }
+    }
+}
+
+impl CairnFs {
+    /// Opens the file a create or tmpfile request just made and answers with its entry and
+    /// handle; if the open fails, the new inode's lookup reference goes again. The creator
+    /// may open what it made whatever the new mode says (open(2) with O_CREAT or O_TMPFILE
+    /// checks no permission on the new file), hence root credentials here.
+    fn open_created(&self, op: Op, attr: &cairn_fs::Attr, flags: i32, reply: ReplyCreate) {
+        let open = cairn_fs::OpenMode {
+            truncate: false,
+            ..open_mode(flags)
+        };
+        let opened = self
+            .fs()
+            .and_then(|fs| fs.open_with(attr.inode, &open, &Credentials::root()));
+        match opened {
+            Ok(file) => {
+                let generation = fuser::Generation(u64::from(attr.generation));
+                let fuse_attr = self.fuse_attr(attr);
+                let ttl = self.settings.entry_timeout.min(self.settings.attr_timeout);
+                let flags = fopen_flags(file.handle);
+                reply.created(&ttl, &fuse_attr, generation, FileHandle(file.handle), flags);
+            }
+            Err(error) => {
+                self.drop_reference(attr.inode, 1);
+                reply.error(self.fail(op, &error));
+            }
         }
     }
 }

@@ -9,6 +9,9 @@ use super::CairnFs;
 use crate::core::GrowError;
 use crate::errno::ToErrno;
 use crate::stats::{STATS_XATTR, render};
+use crate::stats_export::{
+    STATS_JSON_XATTR, STATS_OPENMETRICS_XATTR, render_json, render_openmetrics,
+};
 
 /// The trim command: `getxattr` of `system.cairn.trim.MINIMUM_BYTES` on the mount's root
 /// (root only) discards every free extent of at least that size and answers with the text
@@ -85,9 +88,16 @@ impl CairnFs {
         if inode != self.root {
             return None;
         }
-        if name == STATS_XATTR {
+        let export: Option<fn(&cairn_fs::FsStats, &crate::stats::RequestStats) -> String> =
+            match name.to_str() {
+                Some(STATS_XATTR) => Some(render),
+                Some(STATS_JSON_XATTR) => Some(render_json),
+                Some(STATS_OPENMETRICS_XATTR) => Some(render_openmetrics),
+                _ => None,
+            };
+        if let Some(export) = export {
             let stats = self.fs().ok()?.stats();
-            return Some(Ok(render(&stats, &self.requests).into_bytes()));
+            return Some(Ok(export(&stats, &self.requests).into_bytes()));
         }
         if name == SYNC_XATTR {
             return Some(match size {

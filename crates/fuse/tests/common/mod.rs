@@ -446,3 +446,33 @@ impl Drop for HelperName {
         let _ = std::fs::remove_file(&self.link);
     }
 }
+
+/// Whether answer `got` is the expected line `want`, or one of its alternatives
+/// (`check: a || check: b`).
+pub fn matches(want: Option<&&str>, got: Option<&&str>) -> bool {
+    match (want, got) {
+        (Some(want), Some(got)) => want.split(" || ").any(|w| w == *got),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// Asserts that `got` has exactly the non-comment lines of `expected`, naming every
+/// difference.
+pub fn same_answers(what: &str, expected: &str, got: &str) {
+    let want: Vec<&str> = expected.lines().filter(|l| !l.starts_with('#')).collect();
+    let have: Vec<&str> = got.lines().collect();
+    let mut differences = Vec::new();
+    for index in 0..want.len().max(have.len()) {
+        let (w, h) = (want.get(index), have.get(index));
+        if !matches(w, h) {
+            differences.push(format!("  want {w:?}\n  got  {h:?}"));
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "{what}: {} answers differ from XFS's:\n{}",
+        differences.len(),
+        differences.join("\n")
+    );
+}
