@@ -38,6 +38,16 @@ use crate::{FsError, perm};
 /// `inherit_nodump`, all on by default).
 const INHERITED_FLAGS: u32 = INODE_FLAG_SYNC | INODE_FLAG_NOATIME | INODE_FLAG_NODUMP;
 
+/// The flag bits `set_file_attributes` sets; the others (REFLINK, which says the file may
+/// share blocks, and bits a newer cairn may know) stay as they are.
+const SET_BY_ATTRIBUTES: u32 = INODE_FLAG_IMMUTABLE
+    | INODE_FLAG_APPEND
+    | INODE_FLAG_SYNC
+    | INODE_FLAG_NOATIME
+    | INODE_FLAG_NODUMP
+    | INODE_FLAG_PROJECT_INHERIT
+    | INODE_FLAG_EXTSIZE_INHERIT;
+
 /// How far (seconds) an explicit modification time may be from now and still count as
 /// `touch` (which the writeback cache sends as an explicit time).
 const TOUCH_SLACK_SECONDS: i64 = 1;
@@ -270,7 +280,7 @@ impl Filesystem {
             bits |= INODE_FLAG_EXTSIZE_INHERIT;
         }
         let core = &mut data.core;
-        core.flags = bits | (core.flags & !cairn_format::inode::INODE_FLAGS_KNOWN);
+        core.flags = bits | (core.flags & !SET_BY_ATTRIBUTES);
         core.extent_size_hint = hint;
         core.project_id = new.project_id;
         core.ctime = now();
@@ -388,6 +398,16 @@ impl Filesystem {
             self.fsync(inode, true)?;
         }
         Ok(written)
+    }
+}
+
+/// A `copy_file_range` into `data` from byte `offset` on, ruled as a write without a handle
+/// (`write_checked`): an immutable file takes none, an append-only one only past its end.
+pub(crate) fn check_copy_into(data: &InodeData, offset: u64) -> Result<(), FsError> {
+    let rewrites = offset < data.core.size;
+    match is_immutable(data) || (is_append_only(data) && rewrites) {
+        true => Err(FsError::NotPermitted),
+        false => Ok(()),
     }
 }
 

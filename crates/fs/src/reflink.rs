@@ -14,7 +14,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cairn_format::inode::INODE_FLAG_REFLINK;
+use cairn_format::inode::{INODE_FLAG_REFLINK, INODE_FLAG_SYNC};
 use cairn_format::log::RefcountUpdate;
 use cairn_format::{AgNumber, Extent, MetaKind};
 use cairn_journal::{IntentId, RefcountOp, Reservation};
@@ -218,12 +218,17 @@ impl Filesystem {
         }
         let source = self.live_inode(src)?;
         let target = self.live_inode(dst)?;
-        let src_size = {
+        let (src_size, src_flags) = {
             let meta = source.data.lock();
             check_data_file(&meta)?;
-            meta.core.size
+            (meta.core.size, meta.core.flags)
         };
-        check_data_file(&target.data.lock())?;
+        let dst_flags = {
+            let meta = target.data.lock();
+            check_data_file(&meta)?;
+            crate::flags::check_copy_into(&meta, dst_offset)?;
+            meta.core.flags
+        };
         let len = len.min(src_size.saturating_sub(src_offset));
         let overlap = src_offset < dst_offset + len && dst_offset < src_offset + len;
         if src == dst && overlap {
@@ -238,6 +243,11 @@ impl Filesystem {
         }
         let done = self.clone_range((&source, &target), (src_offset, dst_offset, len))?;
         self.reflink.clones.fetch_add(1, Ordering::Relaxed);
+        // As XFS's remap: a sync-flagged file on either side makes the clone durable now
+        // (the copying path's writes already are, through the destination's flag).
+        if (src_flags | dst_flags) & INODE_FLAG_SYNC != 0 {
+            self.fsync(dst, true)?;
+        }
         Ok(done)
     }
 

@@ -360,3 +360,59 @@ fn no_space_for_a_copy_reaches_the_writer() {
         fsck_clean(&device);
     }
 }
+
+/// Sets inode `inode`'s flags as `change` says (as root, who may set i and a).
+fn set_flags(fs: &Filesystem, inode: u64, change: impl FnOnce(&mut cairn_fs::InodeFlags)) {
+    let mut attributes = fs.file_attributes(inode).unwrap().attributes;
+    change(&mut attributes.flags);
+    fs.set_file_attributes(inode, &attributes, &root(), true)
+        .unwrap();
+}
+
+// A clone obeys the destination's flags as a write does: none into an immutable file,
+// into an append-only one only past its end; a sync-flagged side makes it durable at once
+// (a crash right after it shows the copy). The source's flags do not stop it.
+#[test]
+fn clones_follow_the_destinations_flags() {
+    let device = make_device(32 * MIB);
+    let fs = mount(&device);
+    let source = create(&fs, "source");
+    let data = pattern(3, 0, 65536);
+    fs.write(source, 0, &data).unwrap();
+    set_flags(&fs, source, |f| f.immutable = true);
+    let frozen = create(&fs, "frozen");
+    set_flags(&fs, frozen, |f| f.immutable = true);
+    let refused = fs.copy_file_range(source, 0, frozen, 0, 65536);
+    assert!(matches!(refused, Err(FsError::NotPermitted)), "{refused:?}");
+    assert_eq!(fs.getattr(frozen).unwrap().size, 0);
+    let log = create(&fs, "log");
+    fs.write(log, 0, &data[..8192]).unwrap();
+    set_flags(&fs, log, |f| f.append_only = true);
+    let refused = fs.copy_file_range(source, 0, log, 0, 65536);
+    assert!(matches!(refused, Err(FsError::NotPermitted)), "{refused:?}");
+    assert_eq!(
+        fs.copy_file_range(source, 0, log, 8192, 65536).unwrap(),
+        65536
+    );
+    let mut want = data[..8192].to_vec();
+    want.extend_from_slice(&data);
+    same(&read_all(&fs, log), &want);
+    let synced = create(&fs, "synced");
+    set_flags(&fs, synced, |f| f.sync = true);
+    assert_eq!(
+        fs.copy_file_range(source, 0, synced, 0, 65536).unwrap(),
+        65536
+    );
+    let image = device.durable_image();
+    let crashed = cairn_blockdev::MemDevice::from_image(image, common::SECTOR).unwrap();
+    let crashed = mount(&std::sync::Arc::new(crashed));
+    same(&read_all(&crashed, synced), &data);
+    drop(crashed);
+    assert_eq!(fs.stats().reflink.clones, 2);
+    set_flags(&fs, source, |f| f.immutable = false);
+    set_flags(&fs, frozen, |f| f.immutable = false);
+    set_flags(&fs, log, |f| f.append_only = false);
+    let fs = remount_checked(fs, &device);
+    same(&read_all(&fs, log), &want);
+    fs.unmount().unwrap();
+}
