@@ -213,7 +213,8 @@ fn populate(fs: &Filesystem) -> Result<BTreeMap<&'static str, u64>, CrashError> 
 }
 
 /// The inode flags, extent size hints and project ids of issue 31: directory `dir` gets
-/// sync, no-atime, no-dump, project inheritance, a 32 KiB hint and project id 42, which
+/// sync, no-atime, no-dump, project inheritance, a 32 KiB hint, a 64 KiB CoW extent size
+/// hint (#30) and project id 42, which
 /// the file made in it then inherits (and holds data under); `fifo` becomes immutable.
 /// Set last, so the files made before allocate as they always did.
 fn flagged_inodes(fs: &Filesystem, dir: u64, fifo: u64) -> Result<u64, CrashError> {
@@ -228,6 +229,7 @@ fn flagged_inodes(fs: &Filesystem, dir: u64, fifo: u64) -> Result<u64, CrashErro
         },
         extent_size_hint: 32 << 10,
         project_id: 42,
+        cow_extent_size_hint: 64 << 10,
     };
     fs.set_file_attributes(dir, &attributes, &who, true)
         .map_err(fs_error("set_file_attributes"))?;

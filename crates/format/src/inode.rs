@@ -406,6 +406,32 @@ impl InodeCore {
                 "longer than an extent",
             ));
         }
+        self.check_cow_hint(file_type)
+    }
+
+    /// The CoW extent size hint follows the same rules as the extent size hint, with
+    /// COWEXTSIZE as a directory's flag for passing it on.
+    fn check_cow_hint(&self, file_type: FileType) -> Result<(), FormatError> {
+        let at = self.header.blkno;
+        let bad = |field, value: u64, why| bad_field(Self::NAME, at, field, value, why);
+        let hint = self.cow_extent_size_hint;
+        let inherits = self.flags & INODE_FLAG_COWEXTSIZE != 0;
+        let allowed = match file_type {
+            FileType::Regular => true,
+            FileType::Directory => inherits,
+            _ => false,
+        };
+        if hint != 0 && !allowed {
+            let why = "a CoW hint on an inode that cannot use it";
+            return Err(bad("cow_extent_size_hint", hint.into(), why));
+        }
+        if inherits && hint == 0 {
+            return Err(bad("flags", self.flags.into(), "COWEXTSIZE without a hint"));
+        }
+        if hint > EXTENT_LEN_MAX {
+            let why = "longer than an extent";
+            return Err(bad("cow_extent_size_hint", hint.into(), why));
+        }
         Ok(())
     }
 
@@ -554,7 +580,8 @@ pub const INODE_SPARE: std::ops::Range<usize> = 164..INODE_CORE_SIZE;
 
 /// Zeroes what the verifiers refuse in the core of inode `raw` and a kept inode can do
 /// without: the spare bytes, unknown flags, flags its file type may not carry, and an
-/// extent size hint it cannot use (with the flag that passes it on). Returns the names of
+/// extent size hint or CoW extent size hint it cannot use (with the flag that passes it
+/// on). Returns the names of
 /// the fields it changed; the caller re-stamps the CRC. Repair keeps an inode whose only
 /// faults these are. A hint above `hint_blocks_max` (`extent_size_hint_max`) goes too.
 pub fn clear_inode_reserved(raw: &mut [u8], hint_blocks_max: u32) -> Vec<&'static str> {
@@ -583,7 +610,7 @@ pub fn clear_inode_reserved(raw: &mut [u8], hint_blocks_max: u32) -> Vec<&'stati
     let fits = hint <= EXTENT_LEN_MAX.min(hint_blocks_max);
     let usable = match file_type {
         Some(FileType::Regular) => fits,
-        Some(FileType::Directory) => inherits && hint != 0 && fits,
+        Some(FileType::Directory) => (inherits && hint != 0 && fits) || (!inherits && hint == 0),
         Some(_) => hint == 0,
         None => true,
     };
@@ -591,6 +618,22 @@ pub fn clear_inode_reserved(raw: &mut [u8], hint_blocks_max: u32) -> Vec<&'stati
         hint = 0;
         flags &= !INODE_FLAG_EXTSIZE_INHERIT;
         cleared.push("extent size hint");
+    }
+    let cow_hint = get_u32(raw, 160);
+    let inherits = flags & INODE_FLAG_COWEXTSIZE != 0;
+    let fits = cow_hint <= EXTENT_LEN_MAX.min(hint_blocks_max);
+    let usable = match file_type {
+        Some(FileType::Regular) => fits,
+        Some(FileType::Directory) => {
+            (inherits && cow_hint != 0 && fits) || (!inherits && cow_hint == 0)
+        }
+        Some(_) => cow_hint == 0,
+        None => true,
+    };
+    if !usable {
+        flags &= !INODE_FLAG_COWEXTSIZE;
+        put_u32(raw, 160, 0);
+        cleared.push("CoW extent size hint");
     }
     put_u32(raw, 68, flags);
     put_u32(raw, 136, hint);
@@ -876,6 +919,47 @@ mod tests {
         let names = flag_names(INODE_FLAG_REFLINK | INODE_FLAG_COWEXTSIZE);
         assert_eq!(names, ["reflink", "cowextsize-inherit"]);
         assert_eq!(extent_size_hint_max(u32::MAX), EXTENT_LEN_MAX);
+    }
+
+    // Checks that a CoW extent size hint must suit the type as the extent size hint does
+    // (a directory's only with COWEXTSIZE, which needs one), and that clearing the
+    // reserved parts takes away only what breaks the rules.
+    #[test]
+    fn cow_hint_must_suit_the_type() {
+        let refused = |core: InodeCore| match core.check(256) {
+            Err(FormatError::BadField { field, .. }) => field,
+            other => panic!("accepted or wrong error: {other:?}"),
+        };
+        let mut file = sample(0o100_644, ForkFormat::Extents);
+        file.flags = INODE_FLAG_REFLINK;
+        file.cow_extent_size_hint = 16;
+        assert!(file.check(256).is_ok());
+        file.flags |= INODE_FLAG_COWEXTSIZE;
+        assert_eq!(refused(file), "flags");
+        let mut dir = sample(0o040_755, ForkFormat::Local);
+        dir.cow_extent_size_hint = 16;
+        assert_eq!(refused(dir), "cow_extent_size_hint");
+        dir.flags = INODE_FLAG_COWEXTSIZE;
+        assert!(dir.check(256).is_ok());
+        dir.cow_extent_size_hint = 0;
+        assert_eq!(refused(dir), "flags");
+        let mut link = sample(0o120_777, ForkFormat::Local);
+        link.cow_extent_size_hint = 16;
+        assert_eq!(refused(link), "cow_extent_size_hint");
+        file.flags = 0;
+        file.cow_extent_size_hint = EXTENT_LEN_MAX + 1;
+        assert_eq!(refused(file), "cow_extent_size_hint");
+        let mut raw = vec![0u8; 256];
+        file.cow_extent_size_hint = 64;
+        file.encode(&mut raw);
+        assert_eq!(clear_inode_reserved(&mut raw, 32), ["CoW extent size hint"]);
+        assert_eq!(get_u32(&raw, 160), 0);
+        dir.cow_extent_size_hint = 16;
+        dir.encode(&mut raw);
+        assert_eq!(clear_inode_reserved(&mut raw, 32), Vec::<&str>::new());
+        put_u32(&mut raw, 160, 0);
+        assert_eq!(clear_inode_reserved(&mut raw, 32), ["CoW extent size hint"]);
+        assert_eq!(get_u32(&raw, 68) & INODE_FLAG_COWEXTSIZE, 0);
     }
 
     // Checks that fork formats must suit the file type and counts must fit the fork.

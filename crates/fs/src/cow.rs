@@ -119,38 +119,30 @@ impl Filesystem {
         Ok(filled)
     }
 
-    /// Sets inode `inode`'s copy-on-write extent size hint (bytes, rounded up to blocks; 0
-    /// clears it): a write into shared blocks copies whole aligned units of that many blocks
-    /// (as far as the file maps them), so a file rewritten in small pieces after a clone
-    /// gets long extents rather than one per write. For a directory, `inherit` makes new
-    /// files and directories in it take the hint (`INODE_FLAG_COWEXTSIZE`).
+    /// Sets inode `inode`'s copy-on-write extent size hint (bytes, whole blocks; 0 clears
+    /// it), keeping its other attributes: a write into shared blocks copies whole aligned
+    /// units of that many blocks (as far as the file maps them), so a file rewritten in
+    /// small pieces after a clone gets long extents rather than one per write. On a
+    /// directory the hint is what new files and directories in it take
+    /// (`INODE_FLAG_COWEXTSIZE`), so `inherit` must be true for a nonzero one there. As
+    /// root; `set_file_attributes` says what is refused.
     pub fn set_cow_extent_size_hint(
         &self,
         inode: u64,
         hint_bytes: u64,
         inherit: bool,
     ) -> Result<(), FsError> {
-        use cairn_format::inode::INODE_FLAG_COWEXTSIZE;
-        self.check_writable()?;
-        if !self.superblock.has_reflink() {
-            return Err(FsError::Unsupported);
+        let report = self.file_attributes(inode)?;
+        if !inherit && hint_bytes != 0 && self.getattr(inode)?.kind == crate::FileKind::Directory {
+            return Err(FsError::InvalidArgument(
+                "a directory's CoW extent size hint is only for inheriting",
+            ));
         }
-        let block_size = u64::from(self.geometry.block_size);
-        let blocks = u32::try_from(hint_bytes.div_ceil(block_size))
-            .ok()
-            .filter(|&b| b <= EXTENT_LEN_MAX)
-            .ok_or(FsError::InvalidArgument("CoW extent size hint too large"))?;
-        let handle = self.live_inode(inode)?;
-        let mut meta = handle.data.lock();
-        meta.core.cow_extent_size_hint = blocks;
-        meta.core.flags &= !INODE_FLAG_COWEXTSIZE;
-        if inherit && meta.is_dir() {
-            meta.core.flags |= INODE_FLAG_COWEXTSIZE;
-        }
-        let mut tx = self.begin(Reservation::for_items(&self.geometry, 0, 0, 1, 0))?;
-        Self::log_inode(&mut tx, inode, &mut meta);
-        self.commit(tx, &mut [&mut meta])?;
-        Ok(())
+        let new = crate::FileAttributes {
+            cow_extent_size_hint: hint_bytes,
+            ..report.attributes
+        };
+        self.set_file_attributes(inode, &new, &crate::Credentials::root(), true)
     }
 
     /// The mapped pieces of file blocks `first..last` to copy: none unless some block there

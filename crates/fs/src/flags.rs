@@ -46,7 +46,8 @@ const SET_BY_ATTRIBUTES: u32 = INODE_FLAG_IMMUTABLE
     | INODE_FLAG_NOATIME
     | INODE_FLAG_NODUMP
     | INODE_FLAG_PROJECT_INHERIT
-    | INODE_FLAG_EXTSIZE_INHERIT;
+    | INODE_FLAG_EXTSIZE_INHERIT
+    | INODE_FLAG_COWEXTSIZE;
 
 /// How far (seconds) an explicit modification time may be from now and still count as
 /// `touch` (which the writeback cache sends as an explicit time).
@@ -243,6 +244,7 @@ impl Filesystem {
                 flags: inode_flags(data.core.flags),
                 extent_size_hint: u64::from(data.core.extent_size_hint) * block_size,
                 project_id: data.core.project_id,
+                cow_extent_size_hint: u64::from(data.core.cow_extent_size_hint) * block_size,
             },
             extent_count: data.core.data_extent_count,
             has_xattrs: data.core.attr_format.is_some(),
@@ -253,7 +255,9 @@ impl Filesystem {
     /// must own it or be root; changing the immutable or append-only flag also needs
     /// `may_change_immutable` (CAP_LINUX_IMMUTABLE). The hint must be a multiple of the
     /// block size and at most half an AG, on a regular file or a directory (which passes
-    /// it on), and a regular file's hint cannot change once it has data. Updates ctime.
+    /// it on), and a regular file's hint cannot change once it has data. The CoW extent size
+    /// hint has the same limits, needs the reflink feature, and may change while a file has
+    /// data (a directory's is passed on, with COWEXTSIZE). Updates ctime.
     pub fn set_file_attributes(
         &self,
         inode: u64,
@@ -274,14 +278,19 @@ impl Filesystem {
             return Err(FsError::NotPermitted);
         }
         let hint = self.hint_blocks(&data, new.extent_size_hint)?;
+        let cow_hint = self.cow_hint_blocks(&data, new.cow_extent_size_hint)?;
         let file_type = data.file_type();
         let mut bits = flag_bits(&new.flags, file_type);
         if file_type == Some(FileType::Directory) && hint != 0 {
             bits |= INODE_FLAG_EXTSIZE_INHERIT;
         }
+        if file_type == Some(FileType::Directory) && cow_hint != 0 {
+            bits |= INODE_FLAG_COWEXTSIZE;
+        }
         let core = &mut data.core;
         core.flags = bits | (core.flags & !SET_BY_ATTRIBUTES);
         core.extent_size_hint = hint;
+        core.cow_extent_size_hint = cow_hint;
         core.project_id = new.project_id;
         core.ctime = now();
         let mut tx = self.begin(Reservation::for_items(&self.geometry, 0, 0, 1, 0))?;
@@ -316,6 +325,47 @@ impl Filesystem {
                 "an extent size hint needs a regular file or a directory",
             )),
         }
+    }
+
+    /// The CoW extent size hint in blocks for `hint_bytes` on the inode `data`, if allowed:
+    /// whole blocks, at most half an AG, on a regular file or a directory, and only on a
+    /// filesystem with the reflink feature. Unlike the extent size hint it may change while
+    /// the file has data (as on XFS): it shapes only later copies.
+    fn cow_hint_blocks(&self, data: &InodeData, hint_bytes: u64) -> Result<u32, FsError> {
+        if hint_bytes == u64::from(data.core.cow_extent_size_hint) * self.block_bytes() {
+            return Ok(data.core.cow_extent_size_hint);
+        }
+        if hint_bytes == 0 {
+            return Ok(0);
+        }
+        if !self.superblock.has_reflink() {
+            return Err(FsError::InvalidArgument(
+                "a CoW extent size hint needs the reflink feature",
+            ));
+        }
+        let block_size = self.block_bytes();
+        if !hint_bytes.is_multiple_of(block_size) {
+            return Err(FsError::InvalidArgument(
+                "CoW extent size hint not a multiple of the block size",
+            ));
+        }
+        let hint_max = extent_size_hint_max(self.geometry.ag_blocks);
+        let blocks = u32::try_from(hint_bytes / block_size)
+            .ok()
+            .filter(|&blocks| blocks <= hint_max)
+            .ok_or(FsError::InvalidArgument(
+                "CoW extent size hint larger than half an allocation group",
+            ))?;
+        match data.file_type() {
+            Some(FileType::Regular | FileType::Directory) => Ok(blocks),
+            _ => Err(FsError::InvalidArgument(
+                "a CoW extent size hint needs a regular file or a directory",
+            )),
+        }
+    }
+
+    fn block_bytes(&self) -> u64 {
+        u64::from(self.geometry.block_size)
     }
 
     /// Sets inode `inode`'s extent size hint (bytes; 0 clears it), keeping its other

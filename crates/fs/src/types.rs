@@ -149,6 +149,10 @@ pub struct FileAttributes {
     pub extent_size_hint: u64,
     /// Project id (stored for project quotas, which cairn does not enforce).
     pub project_id: u32,
+    /// Copy-on-write extent size hint in bytes, a multiple of the block size; 0 = none
+    /// (reflink feature only). A write into shared blocks of a regular file copies whole
+    /// aligned units of it; a directory passes it on to new inodes.
+    pub cow_extent_size_hint: u64,
 }
 
 /// What `Filesystem::file_attributes` reports: the settable attributes and two facts about

@@ -542,6 +542,7 @@ fn hints_and_inheritance() {
         },
         extent_size_hint: 4 * MIB,
         project_id: 42,
+        cow_extent_size_hint: 0,
     };
     fs.set_file_attributes(dir, &new, &who, true).unwrap();
     let child = new_file(&fs, dir, b"child");

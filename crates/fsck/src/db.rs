@@ -99,11 +99,12 @@ pub fn run(device: &dyn BlockDevice, command: &DbCommand) -> Result<String, DbEr
         }
         DbCommand::Inode { number } => {
             let (core, _) = read_inode(&mut checker, *number)?;
-            let hint_bytes =
-                u64::from(core.extent_size_hint) * u64::from(checker.geometry.block_size);
+            let block_size = u64::from(checker.geometry.block_size);
+            let hint_bytes = u64::from(core.extent_size_hint) * block_size;
+            let cow_hint_bytes = u64::from(core.cow_extent_size_hint) * block_size;
             Ok(format!(
                 "inode {number}:\n{core:#?}\nflag names: [{}]\nextent size hint: {hint_bytes} \
-                 bytes\n",
+                 bytes\nCoW extent size hint: {cow_hint_bytes} bytes\n",
                 cairn_format::inode::flag_names(core.flags).join(", ")
             ))
         }

@@ -293,21 +293,28 @@ impl Checker<'_> {
         }
     }
 
-    /// An extent size hint no larger than half an AG (the verifier has no geometry to
-    /// check that); repair clears a larger one with the reserved fields.
+    /// An extent size hint and a CoW extent size hint no larger than half an AG (the
+    /// verifier has no geometry to check that); repair clears a larger one with the
+    /// reserved fields.
     fn check_extent_size_hint(&mut self, number: InodeNumber, core: &InodeCore, queued: bool) {
         let hint_max = extent_size_hint_max(self.geometry.ag_blocks);
-        if core.file_type().is_none() || core.extent_size_hint <= hint_max {
+        if core.file_type().is_none() {
             return;
         }
-        let message = format!(
-            "inode {number}: extent size hint of {} blocks is above half an AG ({hint_max})",
-            core.extent_size_hint
-        );
-        self.report
-            .add(Problem::new("inode", Some(number.0), message));
-        if self.repairing && !queued {
-            self.findings.restamp_inodes.push(number.0);
+        let hints = [
+            ("extent size hint", core.extent_size_hint),
+            ("CoW extent size hint", core.cow_extent_size_hint),
+        ];
+        let mut queued = queued;
+        for (name, hint) in hints.into_iter().filter(|&(_, hint)| hint > hint_max) {
+            let message =
+                format!("inode {number}: {name} of {hint} blocks is above half an AG ({hint_max})");
+            self.report
+                .add(Problem::new("inode", Some(number.0), message));
+            if self.repairing && !queued {
+                self.findings.restamp_inodes.push(number.0);
+                queued = true;
+            }
         }
     }
 

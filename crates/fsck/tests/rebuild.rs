@@ -295,14 +295,15 @@ fn inode_spare_bytes_are_cleared() {
 }
 
 // Flags and hints an inode may not carry (CRC recomputed): a directory flag on a file, a
-// hint on a directory without EXTSIZE_INHERIT, unknown flag bits, a hint above half an AG.
+// hint on a directory without EXTSIZE_INHERIT, unknown flag bits, a hint above half an AG,
+// the same two for the CoW extent size hint.
 // `-n` names each; `-y` clears just those and keeps the inode, its other flags, its
 // project id and its data.
 #[test]
 fn damaged_flags_and_hints_are_cleared() {
     use cairn_format::inode::{INODE_FLAG_NODUMP, INODE_FLAG_PROJECT_INHERIT};
     type Edit = fn(&mut cairn_format::inode::InodeCore, u32);
-    let edits: [(&str, Edit, &str); 4] = [
+    let edits: [(&str, Edit, &str); 6] = [
         (
             "f1",
             |core, _| core.flags |= INODE_FLAG_PROJECT_INHERIT,
@@ -313,6 +314,16 @@ fn damaged_flags_and_hints_are_cleared() {
         (
             "f1",
             |core, ag| core.extent_size_hint = ag / 2 + 1,
+            "above half an AG",
+        ),
+        (
+            "a",
+            |core, _| core.cow_extent_size_hint = 16,
+            "cannot use it",
+        ),
+        (
+            "f1",
+            |core, ag| core.cow_extent_size_hint = ag / 2 + 1,
             "above half an AG",
         ),
     ];
@@ -336,6 +347,7 @@ fn damaged_flags_and_hints_are_cleared() {
             "{kept:?}"
         );
         assert_eq!((kept.project_id, kept.extent_size_hint), (9, 0));
+        assert_eq!(kept.cow_extent_size_hint, 0);
         if which == "f1" {
             assert_eq!(fs.read(inode, 0, 10240).unwrap(), vec![7u8; 10240]);
         }

@@ -104,6 +104,11 @@ pub enum Command {
         /// 0 removes it). A file's hint can only change while it holds no data.
         #[arg(short = 's', long, value_name = "SIZE", value_parser = parse_minimum)]
         set: Option<u64>,
+        /// The copy-on-write extent size hint instead, as `xfs_io -c cowextsize`: a write
+        /// into blocks a file shares with a copy (after `cp`) copies whole units of it. It
+        /// may change while the file holds data.
+        #[arg(long)]
+        cow: bool,
     },
     /// Write the man pages of cairn, mkfs.cairn and fsck.cairn into a directory.
     Man {
@@ -145,7 +150,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             minimum,
         }) => trim(mountpoint, *minimum),
         Some(Command::Grow { device, size }) => grow(device, *size),
-        Some(Command::Extsize { paths, set }) => crate::extsize::run(paths, *set),
+        Some(Command::Extsize { paths, set, cow }) => crate::extsize::run(paths, *set, *cow),
         Some(Command::Man { dir }) => crate::man::write_all(dir)
             .map(|written| println!("wrote {}", written.join(", ")))
             .map_err(|e| format!("{}: {e}", dir.display())),

@@ -39,6 +39,8 @@ const XFLAG_PROJINHERIT: u32 = 0x200;
 pub const XFLAG_EXTSIZE: u32 = 0x800;
 /// A directory passes its extent size hint on.
 pub const XFLAG_EXTSZINHERIT: u32 = 0x1000;
+/// A copy-on-write extent size hint is set (a directory's passes on to new inodes).
+pub const XFLAG_COWEXTSIZE: u32 = 0x1_0000;
 const XFLAG_HASATTR: u32 = 0x8000_0000;
 /// Flags a set may carry: the ones cairn keeps, and the read-only ones a get reported.
 const XFLAGS_ACCEPTED: u32 = XFLAG_IMMUTABLE
@@ -49,6 +51,7 @@ const XFLAGS_ACCEPTED: u32 = XFLAG_IMMUTABLE
     | XFLAG_PROJINHERIT
     | XFLAG_EXTSIZE
     | XFLAG_EXTSZINHERIT
+    | XFLAG_COWEXTSIZE
     | XFLAG_PREALLOC
     | XFLAG_HASATTR;
 
@@ -188,20 +191,24 @@ pub fn fsxattr_of(report: &FileAttributesReport, kind: FileKind) -> Fsxattr {
             _ => XFLAG_EXTSIZE,
         };
     }
+    if attributes.cow_extent_size_hint != 0 {
+        xflags |= XFLAG_COWEXTSIZE;
+    }
     Fsxattr {
         xflags,
         extsize: u32::try_from(attributes.extent_size_hint).unwrap_or(u32::MAX),
         nextents: report.extent_count,
         projid: attributes.project_id,
-        cowextsize: 0,
+        cowextsize: u32::try_from(attributes.cow_extent_size_hint).unwrap_or(u32::MAX),
     }
 }
 
 /// The attributes `FS_IOC_FSSETXATTR` asks for of an inode of `kind` (it sets them all).
 /// A nonzero hint needs its flag (EXTSIZE on a regular file, EXTSZINHERIT on a directory;
 /// the kernel has already cleared both for a zero hint and refused each on the other
-/// kind); the read-only flags a get reported are ignored; a copy-on-write hint is not
-/// supported.
+/// kind); the read-only flags a get reported are ignored. A copy-on-write hint needs
+/// COWEXTSIZE, on either kind (the kernel clears the flag for a zero hint); the filesystem
+/// refuses one without the reflink feature.
 pub fn with_fsxattr(wanted: &Fsxattr, kind: FileKind) -> Result<FileAttributes, Refusal> {
     let xflags = wanted.xflags;
     if xflags & !XFLAGS_ACCEPTED != 0 {
@@ -213,7 +220,8 @@ pub fn with_fsxattr(wanted: &Fsxattr, kind: FileKind) -> Result<FileAttributes, 
     };
     let wrong_flag = (XFLAG_EXTSIZE | XFLAG_EXTSZINHERIT) & !hint_flag;
     let hint_without_flag = wanted.extsize != 0 && xflags & hint_flag == 0;
-    if xflags & wrong_flag != 0 || hint_without_flag || wanted.cowextsize != 0 {
+    let cow_hint_without_flag = wanted.cowextsize != 0 && xflags & XFLAG_COWEXTSIZE == 0;
+    if xflags & wrong_flag != 0 || hint_without_flag || cow_hint_without_flag {
         return Err(Refusal::Invalid);
     }
     let extent_size_hint = match xflags & hint_flag {
@@ -231,6 +239,10 @@ pub fn with_fsxattr(wanted: &Fsxattr, kind: FileKind) -> Result<FileAttributes, 
         },
         extent_size_hint,
         project_id: wanted.projid,
+        cow_extent_size_hint: match xflags & XFLAG_COWEXTSIZE {
+            0 => 0,
+            _ => u64::from(wanted.cowextsize),
+        },
     })
 }
 
@@ -256,6 +268,7 @@ mod tests {
                 flags,
                 extent_size_hint: hint,
                 project_id: 7,
+                cow_extent_size_hint: 0,
             },
             extent_count: 3,
             has_xattrs: true,
@@ -313,5 +326,33 @@ mod tests {
         assert_eq!((got.nextents, got.projid), (3, 7));
         assert_eq!(Fsxattr::decode(&got.encode()), Some(got));
         assert_eq!(Fsxattr::decode(&[0; 8]), None);
+    }
+
+    // A CoW hint needs COWEXTSIZE on either kind and reads back with it.
+    #[test]
+    fn cow_hints_need_their_flag() {
+        let wanted = Fsxattr {
+            xflags: XFLAG_COWEXTSIZE,
+            cowextsize: 1 << 16,
+            ..Fsxattr::default()
+        };
+        for kind in [FileKind::Regular, FileKind::Directory] {
+            let set = with_fsxattr(&wanted, kind).unwrap();
+            assert_eq!(set.cow_extent_size_hint, 1 << 16);
+            let report = FileAttributesReport {
+                attributes: set,
+                ..FileAttributesReport::default()
+            };
+            let got = fsxattr_of(&report, kind);
+            assert_eq!((got.xflags, got.cowextsize), (XFLAG_COWEXTSIZE, 1 << 16));
+        }
+        let bare = Fsxattr {
+            xflags: 0,
+            ..wanted
+        };
+        assert_eq!(
+            with_fsxattr(&bare, FileKind::Regular),
+            Err(Refusal::Invalid)
+        );
     }
 }

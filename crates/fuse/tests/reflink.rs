@@ -1,13 +1,19 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Shared extents through the kernel: plain `cp` (coreutils tries `copy_file_range`) shares
 //! the file's blocks, so it takes no space; a small write into the copy takes a block and
-//! leaves the original alone, and so do writes through mmap, O_DIRECT and a punch; removing the original frees nothing the copy uses, removing
-//! both frees everything; the bytes hold across a remount and fsck is clean. FICLONE never
-//! reaches a FUSE daemon, so `cp --reflink=always` fails (as on every FUSE filesystem).
+//! leaves the original alone, and so do writes through mmap, O_DIRECT and a punch; removing
+//! the original frees nothing the copy uses, removing both frees everything; the bytes hold
+//! across a remount and fsck is clean. FICLONE never reaches a FUSE daemon, so
+//! `cp --reflink=always` fails (as on every FUSE filesystem).
+//! The CoW extent size hint through FS_IOC_FSSETXATTR answers as XFS does and shapes the
+//! copies.
 
 mod common;
 
-use common::{Mount, Scratch, fsck, run, sh};
+use common::{Mount, Scratch, fsck, python_as, run, same_answers, sh};
+
+const COWEXTSIZE: &str = include_str!("reflink/cowextsize.py");
+const COWEXTSIZE_EXPECTED: &str = include_str!("reflink/cowextsize_expected.txt");
 
 const MIB: u64 = 1 << 20;
 
@@ -109,4 +115,55 @@ fn cp_shares_blocks_and_copy_on_write_keeps_the_original() {
     );
     mount.unmount();
     assert_eq!(fsck(&image), 0);
+}
+
+/// The `cow_blocks` counter of the daemon serving `mnt`.
+fn cow_blocks(mnt: &str) -> u64 {
+    let json = sh(&format!(
+        "{} stats --json '{mnt}'",
+        common::cairn_bin().display()
+    ));
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    value["reflink"]["cow_blocks"].as_u64().unwrap()
+}
+
+// FS_IOC_FSSETXATTR's cowextsize answers as kernel XFS's (the flag it needs, whole blocks,
+// inheritance, clearing); then a 4 KiB write into a `cp` made in a directory with a 64 KiB
+// hint copies one whole 64 KiB unit, leaves the original alone, and the hint survives a
+// remount with fsck clean.
+#[test]
+fn cow_extent_size_hint_through_fssetxattr() {
+    let scratch = Scratch::new();
+    let image = scratch.format("256M");
+    let mount = Mount::new(&image, &scratch.mountpoint(), "");
+    let mnt = mount.mountpoint.to_str().unwrap().to_string();
+    let got = python_as(None, COWEXTSIZE, &[&mnt]);
+    same_answers("cowextsize", COWEXTSIZE_EXPECTED, &got);
+    let cairn = common::cairn_bin().display().to_string();
+    let set = sh(&format!(
+        "mkdir '{mnt}/vm' && {cairn} extsize --cow -s 64K '{mnt}/vm'"
+    ));
+    assert!(set.contains("CoW extent size hint 65536 bytes"), "{set}");
+    sh(&format!(
+        "head -c {} /dev/urandom > '{mnt}/vm/disk' && cp '{mnt}/vm/disk' '{mnt}/vm/copy'",
+        4 * MIB
+    ));
+    let original = checksum(&format!("{mnt}/vm/disk"));
+    let before = cow_blocks(&mnt);
+    sh(&format!(
+        "dd if=/dev/zero of='{mnt}/vm/copy' bs=4096 count=1 seek=37 conv=notrunc,fsync \
+         status=none"
+    ));
+    assert_eq!(cow_blocks(&mnt) - before, 16, "a 64 KiB unit is 16 blocks");
+    assert_eq!(checksum(&format!("{mnt}/vm/disk")), original);
+    let mut want = std::fs::read(format!("{mnt}/vm/disk")).unwrap();
+    want[37 * 4096..38 * 4096].fill(0);
+    assert!(std::fs::read(format!("{mnt}/vm/copy")).unwrap() == want);
+    mount.unmount();
+    assert_eq!(fsck(&image), 0);
+    let mount = Mount::new(&image, &scratch.mountpoint(), "");
+    let hint = sh(&format!("{cairn} extsize --cow '{mnt}/vm/copy'"));
+    assert!(hint.contains("CoW extent size hint 65536 bytes"), "{hint}");
+    assert!(std::fs::read(format!("{mnt}/vm/copy")).unwrap() == want);
+    mount.unmount();
 }
