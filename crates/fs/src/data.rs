@@ -213,6 +213,12 @@ impl Filesystem {
         let block_size = u64::from(self.geometry.block_size);
         let (first, last) = (offset / block_size, end.div_ceil(block_size));
         let plan = self.plan_write(inode, &handle.data.lock(), first, last, end)?;
+        // A file that may share blocks copies them after its holes are mapped; when the
+        // copy finds no space, what the holes took goes back, as for a failed allocation.
+        let holes = match plan.needs_blocks && crate::reflink::may_share(&handle.data.lock()) {
+            true => Some(self.holes_in(inode, &handle.data.lock(), &[(first, last)])?),
+            false => None,
+        };
         match plan.needs_blocks {
             true => self.allocate_planned(inode, &handle, &plan, last)?,
             false => self.note_preallocation(inode, &plan, 0),
@@ -222,10 +228,17 @@ impl Filesystem {
             Ok(filled) => (filled, end),
             // Shared blocks from `at` on have no copy: the write ends before them (its
             // bytes may be in copies before), or fails if that leaves nothing.
-            Err(Stopped { error, at }) => match (at * block_size).min(end) {
-                short if short > offset => (0, short),
-                _ => return Err(error),
-            },
+            Err(Stopped { error, at }) => {
+                let short = (at * block_size).min(end).max(offset);
+                let unused = holes.map(|holes| holes.from_block(short.div_ceil(block_size)));
+                if let Some(unused) = unused.filter(|holes| holes.blocks() > 0) {
+                    self.give_back_or_warn(inode, &handle.data, &unused);
+                }
+                match short > offset {
+                    true => (0, short),
+                    false => return Err(error),
+                }
+            }
         };
         let (data, last) = (&data[..(end - offset) as usize], end.div_ceil(block_size));
         // A write of whole blocks that were all shared is on the device already, in the

@@ -24,6 +24,16 @@ impl Holes {
     pub(crate) fn blocks(&self) -> u64 {
         self.0.iter().map(|(first, last)| last - first).sum()
     }
+
+    /// The parts of the holes from file block `block` on.
+    pub(crate) fn from_block(&self, block: u64) -> Holes {
+        let clipped = self.0.iter().filter(|&&(_, last)| last > block);
+        Holes(
+            clipped
+                .map(|&(first, last)| (first.max(block), last))
+                .collect(),
+        )
+    }
 }
 
 impl Filesystem {
@@ -68,12 +78,18 @@ impl Filesystem {
         let Err(error) = allocate() else {
             return Ok(());
         };
-        if let Err(undo) = self.give_back(number, lock, &holes) {
+        self.give_back_or_warn(number, lock, &holes);
+        Err(error)
+    }
+
+    /// `give_back`, logging a failure instead of returning it (the caller returns the
+    /// error that made it give back).
+    pub(crate) fn give_back_or_warn(&self, number: u64, lock: &Mutex<InodeData>, holes: &Holes) {
+        if let Err(undo) = self.give_back(number, lock, holes) {
             // The blocks stay mapped past or inside the file, unwritten: fsck counts them,
             // and a truncate or removal frees them.
             tracing::warn!(inode = number, %undo, "giving back a failed allocation failed");
         }
-        Err(error)
     }
 
     /// Unmaps whatever is mapped in `holes` (a few extents a step, through free intents).

@@ -191,6 +191,12 @@ pub(crate) fn free_leftover_staging(fs: &Filesystem) -> Result<(), FsError> {
     Ok(())
 }
 
+/// Whether the file `data` may map blocks another file maps (`INODE_FLAG_REFLINK`): only
+/// such a file's writes copy on write.
+pub(crate) fn may_share(data: &crate::inode::InodeData) -> bool {
+    data.core.flags & INODE_FLAG_REFLINK != 0
+}
+
 impl Filesystem {
     /// `copy_file_range`: copies up to `len` bytes of file `src` at `src_offset` to file
     /// `dst` at `dst_offset`, stopping at the source's end of file; the destination grows as

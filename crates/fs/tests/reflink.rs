@@ -552,3 +552,45 @@ fn collapse_and_insert_keep_shared_blocks_counted() {
     assert_eq!(used_blocks(&fs), empty);
     fs.unmount().unwrap();
 }
+
+// A direct write over a shared block and then a hole, on a filesystem with room for the
+// hole's block but not for the shared block's copy: it fails with NoSpace and gives back
+// the block it mapped in the hole (issue 32's rule for failed allocations), without
+// touching the shared blocks: both files read as before, the free space is what it was,
+// and fsck is clean.
+#[test]
+fn a_write_whose_copy_finds_no_space_gives_its_blocks_back() {
+    let device = make_device(64 * MIB);
+    let fs = mount(&device);
+    let source = create(&fs, "source");
+    let data = pattern(13, 0, 16 * 4096);
+    fs.write(source, 0, &data).unwrap();
+    fs.fsync(source, false).unwrap();
+    let copy = create(&fs, "copy");
+    fs.copy_file_range(source, 0, copy, 0, data.len() as u64)
+        .unwrap();
+    let punch = cairn_fs::FallocateMode::PunchHole;
+    fs.fallocate(copy, 8 * 4096, 8 * 4096, punch).unwrap();
+    let mut want = data.clone();
+    want[8 * 4096..].fill(0);
+    let statfs = fs.statfs().unwrap();
+    let big = create(&fs, "big");
+    let fill = (statfs.blocks_available - 1) * u64::from(statfs.block_size);
+    let allocate = cairn_fs::FallocateMode::Allocate { keep_size: false };
+    fs.fallocate(big, 0, fill, allocate).unwrap();
+    fs.sync().unwrap();
+    let (free, held) = (
+        fs.statfs().unwrap().blocks_free,
+        fs.getattr(copy).unwrap().blocks_512,
+    );
+    let written = fs.write_direct(copy, 7 * 4096, &pattern(14, 0, 2 * 4096), None);
+    assert!(matches!(written, Err(FsError::NoSpace)), "{written:?}");
+    assert_eq!(fs.getattr(copy).unwrap().blocks_512, held);
+    assert_eq!(fs.statfs().unwrap().blocks_free, free);
+    same(&read_all(&fs, copy), &want);
+    same(&read_all(&fs, source), &data);
+    fs.unlink(fs.root(), b"big", &root()).unwrap();
+    let fs = remount_checked(fs, &device);
+    same(&read_all(&fs, copy), &want);
+    fs.unmount().unwrap();
+}
