@@ -594,3 +594,73 @@ fn a_write_whose_copy_finds_no_space_gives_its_blocks_back() {
     same(&read_all(&fs, copy), &want);
     fs.unmount().unwrap();
 }
+
+/// A copy of what `device` holds durably, as a crash now would leave it, and its mount.
+fn crash(
+    device: &std::sync::Arc<cairn_blockdev::MemDevice>,
+) -> (std::sync::Arc<cairn_blockdev::MemDevice>, Filesystem) {
+    let image = cairn_blockdev::MemDevice::from_image(device.durable_image(), common::SECTOR);
+    let image = std::sync::Arc::new(image.unwrap());
+    let fs = mount(&image);
+    (image, fs)
+}
+
+// O_TMPFILE files on either side of a clone (#32 with #30): a named file cloned into an
+// unnamed one (then written there) and an unnamed one cloned into a named one. A crash
+// before the unnamed files are linked frees them at mount, and only what no named file
+// maps: the named files read whole and fsck is clean. Linked, an unnamed clone keeps its
+// blocks and its own write across a crash.
+#[test]
+fn unnamed_files_clone_both_ways() {
+    let device = make_device(64 * MIB);
+    let fs = mount(&device);
+    let top = fs.root();
+    let (base_data, other_data) = (pattern(21, 0, 32 * 4096), pattern(22, 0, 32 * 4096));
+    let base = create(&fs, "base");
+    fs.write(base, 0, &base_data).unwrap();
+    fs.fsync(base, false).unwrap();
+    let len = base_data.len() as u64;
+    let into_unnamed = fs.tmpfile(top, 0o644, false, &root()).unwrap().inode;
+    let held = fs.open(into_unnamed, true, false, false, &root()).unwrap();
+    assert_eq!(
+        fs.copy_file_range(base, 0, into_unnamed, 0, len).unwrap(),
+        len
+    );
+    let block = pattern(23, 0, 4096);
+    fs.write_direct(into_unnamed, 5 * 4096, &block, None)
+        .unwrap();
+    fs.fsync(into_unnamed, false).unwrap();
+    let unnamed_source = fs.tmpfile(top, 0o644, false, &root()).unwrap().inode;
+    let held_source = fs
+        .open(unnamed_source, true, false, false, &root())
+        .unwrap();
+    fs.write(unnamed_source, 0, &other_data).unwrap();
+    let from_unnamed = create(&fs, "from_unnamed");
+    assert_eq!(
+        fs.copy_file_range(unnamed_source, 0, from_unnamed, 0, len)
+            .unwrap(),
+        len
+    );
+    fs.fsync(from_unnamed, false).unwrap();
+    assert_eq!(fs.stats().reflink.clones, 2);
+    let (image, crashed) = crash(&device);
+    same(&read_all(&crashed, base), &base_data);
+    same(&read_all(&crashed, from_unnamed), &other_data);
+    crashed.unmount().unwrap();
+    fsck_clean(&image);
+    fs.link(into_unnamed, top, b"linked", &root()).unwrap();
+    fs.sync().unwrap();
+    let (image, crashed) = crash(&device);
+    let linked = crashed.lookup(top, b"linked").unwrap().inode;
+    let mut want = base_data.clone();
+    want[5 * 4096..6 * 4096].copy_from_slice(&block);
+    same(&read_all(&crashed, linked), &want);
+    same(&read_all(&crashed, base), &base_data);
+    crashed.unmount().unwrap();
+    fsck_clean(&image);
+    fs.release(held).unwrap();
+    fs.release(held_source).unwrap();
+    let fs = remount_checked(fs, &device);
+    same(&read_all(&fs, from_unnamed), &other_data);
+    fs.unmount().unwrap();
+}

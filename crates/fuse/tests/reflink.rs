@@ -167,3 +167,52 @@ fn cow_extent_size_hint_through_fssetxattr() {
     assert!(std::fs::read(format!("{mnt}/vm/copy")).unwrap() == want);
     mount.unmount();
 }
+
+/// Clones `MNT/src` into an O_TMPFILE file, writes a block into it and links it as
+/// `MNT/linked`; then clones a second unnamed file into `MNT/named`.
+const TMPFILE_CLONES: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+d = sys.argv[1]
+size = os.path.getsize(f"{d}/src")
+src = os.open(f"{d}/src", os.O_RDONLY)
+tmp = os.open(d, os.O_TMPFILE | os.O_RDWR, 0o644)
+done = 0
+while done < size:
+    done += os.copy_file_range(src, tmp, size - done, done, done)
+os.pwrite(tmp, b"\x07" * 4096, 8192)
+os.fsync(tmp)
+proc_path, linked = f"/proc/self/fd/{tmp}".encode(), f"{d}/linked".encode()
+assert libc.linkat(-100, proc_path, -100, linked, 0x400) == 0, ctypes.get_errno()
+other = os.open(d, os.O_TMPFILE | os.O_RDWR, 0o644)
+os.pwrite(other, b"\x05" * size, 0)
+named = os.open(f"{d}/named", os.O_CREAT | os.O_WRONLY, 0o644)
+done = 0
+while done < size:
+    done += os.copy_file_range(other, named, size - done, done, done)
+print("copied", done)
+"#;
+
+// O_TMPFILE files on both sides of `copy_file_range` through the kernel: a clone into an
+// unnamed file, written and then linked, and a clone out of one; the original keeps its
+// bytes, the daemon counts both clones, and fsck is clean after the unnamed file goes.
+#[test]
+fn tmpfiles_clone_both_ways() {
+    let scratch = Scratch::new();
+    let image = scratch.format("256M");
+    let mount = Mount::new(&image, &scratch.mountpoint(), "");
+    let mnt = mount.mountpoint.to_str().unwrap().to_string();
+    sh(&format!("head -c {} /dev/urandom > '{mnt}/src'", 2 * MIB));
+    let original = std::fs::read(format!("{mnt}/src")).unwrap();
+    let said = python_as(None, TMPFILE_CLONES, &[&mnt]);
+    assert!(said.contains(&format!("copied {}", 2 * MIB)), "{said}");
+    let mut want = original.clone();
+    want[8192..12288].fill(7);
+    assert!(std::fs::read(format!("{mnt}/linked")).unwrap() == want);
+    assert!(std::fs::read(format!("{mnt}/src")).unwrap() == original);
+    assert!(std::fs::read(format!("{mnt}/named")).unwrap() == vec![5u8; 2 * MIB as usize]);
+    let stats = sh(&format!("{} stats '{mnt}'", common::cairn_bin().display()));
+    assert!(stats.contains("clones: 2"), "{stats}");
+    mount.unmount();
+    assert_eq!(fsck(&image), 0);
+}
