@@ -230,7 +230,7 @@ impl Filesystem {
             // bytes may be in copies before), or fails if that leaves nothing.
             Err(Stopped { error, at }) => {
                 let short = (at * block_size).min(end).max(offset);
-                let unused = holes.map(|holes| holes.from_block(short.div_ceil(block_size)));
+                let unused = holes.map(|holes| holes.past(short.div_ceil(block_size)));
                 if let Some(unused) = unused.filter(|holes| holes.blocks() > 0) {
                     self.give_back_or_warn(inode, &handle.data, &unused);
                 }

@@ -26,7 +26,7 @@ impl Holes {
     }
 
     /// The parts of the holes from file block `block` on.
-    pub(crate) fn from_block(&self, block: u64) -> Holes {
+    pub(crate) fn past(&self, block: u64) -> Holes {
         let clipped = self.0.iter().filter(|&&(_, last)| last > block);
         Holes(
             clipped
