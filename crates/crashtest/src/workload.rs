@@ -618,6 +618,17 @@ fn reflink_bodies() -> Vec<Vec<Op>> {
             write("copy", 0, 100),
         ]),
         then(vec![Op::Fsync("copy".into()), write("foo", 0, 16384)]),
+        // Shifts move file offsets only: the shared blocks go with them.
+        then(vec![
+            fallocate("copy", 4096, 4096, FallocateMode::CollapseRange),
+            write("copy", 4096, 4096),
+        ]),
+        then(vec![fallocate(
+            "foo",
+            4096,
+            8192,
+            FallocateMode::InsertRange,
+        )]),
         vec![clone("foo", 1000, "A/bar", 1000, 12000)],
         vec![clone("foo", 4096, "foo", 20480, 8192)],
         vec![clone("foo", 100, "A/C/baz", 0, 9000)],
