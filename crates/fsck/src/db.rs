@@ -1,7 +1,8 @@
 //! `cairn-db`: read-only views of a cairn filesystem for administrators (modelled on xfs_db):
 //! the superblock, a free-space histogram, the file fragmentation factor, a file's extents
-//! (shared ones marked), an inode, the log's records and the refcount trees. It reads through `SnoopDevice`, so it is safe on a
-//! mounted device; what it shows of a live filesystem is as of the last writeback.
+//! (shared ones marked), an inode, the log's records and the refcount trees. It reads
+//! through `SnoopDevice`, so it is safe on a mounted device; what it shows of a live
+//! filesystem is as of the last writeback.
 
 use std::ffi::OsString;
 use std::fmt::Write as _;

@@ -1,8 +1,8 @@
 //! Phase 3 of repair: every AG's free-space trees, inode trees, refcount tree (reflink: the
 //! runs regular files map more than once, recounted from their maps; staging runs dropped),
-//! AGF, AGFL and AGI are rebuilt from the observed in-use map (what the inodes, chunks, headers and log claim; blocks nobody
-//! claims become free), and the superblock counters and every secondary superblock are
-//! rewritten from the primary.
+//! AGF, AGFL and AGI are rebuilt from the observed in-use map (what the inodes, chunks,
+//! headers and log claim; blocks nobody claims become free), and the superblock counters
+//! and every secondary superblock are rewritten from the primary.
 
 use std::collections::BTreeMap;
 
