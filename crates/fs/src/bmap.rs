@@ -128,6 +128,11 @@ pub(crate) struct Placement {
     pub alignment: u32,
     /// Try to continue the previous extent on disk exactly before searching near it.
     pub exact_first: bool,
+    /// A growing stream (an extending write with speculative preallocation): when another
+    /// file took the blocks right after its previous extent, it moves to the middle of the
+    /// longest free extent (`Mode::Apart`) instead of the nearest free blocks, which are
+    /// the other stream's room to grow; back to back, the two would leapfrog each other.
+    pub apart: bool,
 }
 
 impl Placement {
@@ -138,6 +143,7 @@ impl Placement {
             min_len: 1,
             alignment: 1,
             exact_first: false,
+            apart: false,
         }
     }
 }
@@ -419,6 +425,11 @@ impl FileMap {
         if placement.exact_first && !self.list.is_empty() {
             let exact = request.with_mode(Mode::Exact).with_alignment(1, 1);
             found = fs.alloc.allocate(tx, &log, &exact)?;
+            if found.is_none() && placement.apart && self.continues_an_extent(start) {
+                found = fs
+                    .alloc
+                    .allocate(tx, &log, &request.with_mode(Mode::Apart))?;
+            }
         }
         if found.is_none() {
             found = fs.alloc.allocate(tx, &log, &request)?;
@@ -431,6 +442,12 @@ impl FileMap {
         self.allocated.push(extent);
         data.core.block_count += u64::from(found.length);
         Ok(extent)
+    }
+
+    /// Whether file block `block` comes right after a mapped extent (an append to it).
+    fn continues_an_extent(&self, block: u64) -> bool {
+        let index = self.list.partition_point(|e| e.file_end() <= block);
+        index > 0 && self.list[index - 1].file_end() == block
     }
 
     /// Blocks `store` may allocate for the extent tree after this step's allocations: none

@@ -148,6 +148,7 @@ impl Filesystem {
             let spec_end = spec_end.min(cairn_format::limits::FILE_BLOCK_MAX);
             plan.last = plan.last.max(spec_end);
             plan.speculative_end = Some(spec_end);
+            plan.placement.apart = true;
         }
         Ok(plan)
     }
