@@ -80,8 +80,13 @@ impl ReaderGate {
     /// the current spin. Returns when the read would take one at once (`true`), or at the
     /// end of the spin (`false`: time the read with `read_waited`). Only a lone reader
     /// spins: several readers mean requests are queueing, and spinning threads would take
-    /// the cores from the clients and the threads serving them.
+    /// the cores from the clients and the threads serving them. A thread told to
+    /// (`skip_next_spin`) does not spin and returns `true` (its wait says nothing of the
+    /// spin's length).
     pub fn spin_for_request(&self, device: BorrowedFd<'_>) -> bool {
+        if SKIP_SPIN.replace(false) {
+            return true;
+        }
         let spin = match self.state.lock().readers {
             1 => Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed)),
             _ => Duration::ZERO,
@@ -201,6 +206,20 @@ impl ReaderGate {
         self.state.lock().closed = true;
         self.turn.notify_all();
     }
+}
+
+std::thread_local! {
+    static SKIP_SPIN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Tells this thread's next `ReaderGate::spin_for_request` not to spin: the request it is
+/// serving will be answered by another thread (a read handed to the device's completion
+/// thread), so the client's next request follows that answer rather than this thread's
+/// return, and a spinning thread would take the core the answering thread needs (4 KiB
+/// random reads at queue depth 16 took 21-25 us of the daemon's CPU each with the spin,
+/// 13-17 us without).
+pub fn skip_next_spin() {
+    SKIP_SPIN.set(true);
 }
 
 /// Whether `request` (a raw request: `fuse_in_header` first) is one a daemon usually answers
