@@ -116,6 +116,8 @@ pub struct Filesystem {
     pub(crate) preallocs: crate::prealloc::Preallocs,
     pub(crate) data_cache: crate::extents::DataCache,
     pub(crate) write_behind: crate::write_behind::WriteBehind,
+    /// Reads handed over, read-ahead and read buffers (`reads.rs`).
+    pub(crate) reads: crate::reads::Reads,
     /// What the daemon's background thread waits on (`background.rs`).
     pub(crate) background: Arc<crate::background::BackgroundSignal>,
 }
@@ -193,6 +195,7 @@ impl Filesystem {
         );
         let fs = Self {
             write_behind,
+            reads: crate::reads::Reads::new(options.read_buffers),
             background,
             device,
             geometry,
@@ -357,6 +360,7 @@ impl Filesystem {
             data: self.preallocs.stats(),
             extcache: self.data_cache.cache.stats(),
             write_behind: self.write_behind.stats(),
+            reads: self.reads.stats(),
         }
     }
 

@@ -43,6 +43,7 @@ mod iobuf;
 mod namei;
 mod perm;
 mod prealloc;
+mod reads;
 mod recovery;
 mod remove;
 mod rename;
@@ -68,6 +69,7 @@ pub use fs::Filesystem;
 pub use grow::{GrowReport, HeldInode, grown_geometry};
 pub use iobuf::ReadData;
 pub use prealloc::BackgroundScan;
+pub use reads::{Deliver, PooledBuf, ReadStats};
 pub use seek::FileExtent;
 pub use types::{
     AtimeMode, Attr, COMMIT_INTERVAL_MS_DEFAULT, Credentials, DataStats, DirEntry, FallocateMode,
