@@ -320,7 +320,8 @@ fn start_transport(
     let mode = settings.uring;
     let read_only = request.config.fs.read_only;
     let adapter = CairnFs::new(Arc::clone(core), Arc::clone(requests), settings, read_only)
-        .map_err(DaemonError::Unmount)?;
+        .map_err(DaemonError::Unmount)?
+        .with_reads_answered_in_handler();
     let fuse_fd = session.as_fd().as_raw_fd();
     Ok(rings.start(fuse_fd, session.dispatcher(adapter), mode))
 }

@@ -281,20 +281,37 @@ impl fuser::Filesystem for CairnFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let _timer = self.requests.start(Op::Read, ino.0);
-        match self
-            .fs()
-            .and_then(|fs| fs.read_data(self.inode(ino), offset, size))
-        {
-            Ok(data) => reply.data(&data),
-            Err(error) => reply.error(self.fail(Op::Read, &error)),
+        let timer = self.requests.start(Op::Read, ino.0);
+        let fs = match self.fs() {
+            Ok(fs) => fs,
+            Err(error) => return reply.error(self.fail(Op::Read, &error)),
+        };
+        if !self.hand_over_reads {
+            return match fs.read_data(self.inode(ino), offset, size) {
+                Ok(data) => reply.data(&data),
+                Err(error) => reply.error(self.fail(Op::Read, &error)),
+            };
+        }
+        let started = timer.hand_over();
+        let requests = std::sync::Arc::clone(&self.requests);
+        let deliver = Box::new(move |data: Result<cairn_fs::ReadData, cairn_fs::FsError>| {
+            match data {
+                Ok(data) => reply.data(&data),
+                Err(error) => reply.error(super::failed(&requests, Op::Read, &error)),
+            }
+            requests.record_since(Op::Read, started);
+        });
+        if !fs.read_handed_over(self.inode(ino), fh.0, offset, size, deliver) {
+            // The answer comes from the device's completion thread: the client's next
+            // request follows it, not this thread's return.
+            fuser::skip_next_spin();
         }
     }
 
