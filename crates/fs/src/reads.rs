@@ -112,6 +112,14 @@ impl ReadBuffers {
         Some(buf)
     }
 
+    /// `buf`, filled, as a shared buffer that comes back here when its last reader goes.
+    fn pooled(self: &Arc<Self>, buf: AlignedBuf) -> Arc<PooledBuf> {
+        Arc::new(PooledBuf {
+            buf: Some(buf),
+            home: Arc::clone(self),
+        })
+    }
+
     fn give_back(&self, buf: AlignedBuf) {
         let mut kept = self.kept.lock();
         if kept.len() < BUFFERS_KEPT {
@@ -444,6 +452,12 @@ impl Filesystem {
                     return Err(error);
                 }
             };
+            if planned.is_empty() {
+                // Holes and unwritten blocks only: nothing for the device.
+                self.reads.sync_reads.fetch_add(1, Ordering::Relaxed);
+                let buf = self.reads.buffers.pooled(buf);
+                return Ok(Started::Now(ReadData::shared(buf, start, len)));
+            }
             self.reads.async_reads.fetch_add(1, Ordering::Relaxed);
             let guard = InFlightRead::begin(file, pages);
             return Ok(Started::Later(HandedOver {
@@ -467,7 +481,7 @@ impl Filesystem {
 
     /// Notes a request of file bytes `offset..end` on `handle`'s stream (the file is `size`
     /// bytes at I/O epoch `epoch`): the chunk that serves it, if one does, and the chunks
-    /// to read ahead now (with their first block and block count).
+    /// to read ahead now.
     fn follow_stream(
         &self,
         handle: u64,
@@ -583,10 +597,7 @@ impl Filesystem {
                 drop(guard);
                 drop(busy);
                 let outcome = match outcome {
-                    Ok(()) => Ok(Arc::new(PooledBuf {
-                        buf: Some(buf),
-                        home,
-                    })),
+                    Ok(()) => Ok(home.pooled(buf)),
                     Err(error) => {
                         home.give_back(buf);
                         Err(error.to_string())
@@ -626,13 +637,9 @@ impl HandedOver {
             Box::new(move |buf, outcome| {
                 drop(guard);
                 drop(busy);
-                let data = outcome.map_err(FsError::from).map(|()| {
-                    let buf = Arc::new(PooledBuf {
-                        buf: Some(buf),
-                        home,
-                    });
-                    ReadData::shared(buf, window.start, window.len())
-                });
+                let data = outcome
+                    .map_err(FsError::from)
+                    .map(|()| ReadData::shared(home.pooled(buf), window.start, window.len()));
                 deliver(data);
             }),
         );
