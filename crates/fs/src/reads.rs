@@ -3,7 +3,8 @@
 //!
 //! - **Alone, a read is synchronous** (the caller's thread reads into its spare buffer and
 //!   delivers before returning): a request served by one thread costs the fewest wake-ups.
-//! - **Beside other reads** (another being served or at the device) it goes to the device
+//! - **Beside other reads** (another being served or at the device, or requests queued for
+//!   the caller, who says so) it goes to the device
 //!   with `BlockDevice::read_async` into one of the read buffers and is delivered from the
 //!   device's completion thread. Its `InFlightRead` holds off the inode's exclusive I/O
 //!   lock holders until the transfer is done, as the shared lock held by a synchronous
@@ -341,19 +342,22 @@ impl Reads {
 
 impl Filesystem {
     /// Reads up to `len` bytes at `offset` of `inode` through open handle `handle` and hands
-    /// them to `deliver` (short at end of file). Returns `true` when `deliver` ran before
-    /// this returned, `false` when it may run on the device's completion thread (see the
-    /// module documentation for which reads go which way).
+    /// them to `deliver` (short at end of file). `queued` says whether other requests wait
+    /// for the caller (asked only when no other read is busy: a read beside them is handed
+    /// over, so the caller can take them). Returns `true` when `deliver` ran before this
+    /// returned, `false` when it may run on the device's completion thread (see the module
+    /// documentation for which reads go which way).
     pub fn read_handed_over(
         &self,
         inode: u64,
         handle: u64,
-        offset: u64,
-        len: u32,
+        (offset, len): (u64, u32),
+        queued: impl FnOnce() -> bool,
         deliver: Deliver,
     ) -> bool {
         let (busy, others) = BusyRead::begin(&self.reads.busy);
-        match self.read_started(inode, handle, (offset, len), others > 0) {
+        let beside_others = others > 0 || queued();
+        match self.read_started(inode, handle, (offset, len), beside_others) {
             Ok(Started::Later(job)) => {
                 job.go(self, busy, deliver);
                 false

@@ -142,6 +142,7 @@ struct World {
     /// Reads handed over and not checked yet: what they must return, and where it comes.
     pending: Vec<(Vec<u8>, Receiver<Delivered>)>,
     handles: Vec<u64>,
+    turn: u64,
 }
 
 impl World {
@@ -170,6 +171,7 @@ impl World {
             model: Vec::new(),
             pending: Vec::new(),
             handles,
+            turn: 0,
         }
     }
 
@@ -188,8 +190,17 @@ impl World {
         let (sender, receiver) = channel();
         let deliver = Box::new(move |data| sender.send(data).unwrap());
         let handle = self.handles[handle % self.handles.len()];
-        self.fs
-            .read_handed_over(self.inode, handle, offset as u64, len as u32, deliver);
+        // Every other read pretends requests wait behind it, so some go to the device
+        // with no other read busy.
+        self.turn += 1;
+        let queued = self.turn.is_multiple_of(2);
+        self.fs.read_handed_over(
+            self.inode,
+            handle,
+            (offset as u64, len as u32),
+            || queued,
+            deliver,
+        );
         self.pending.push((expected, receiver));
     }
 

@@ -504,6 +504,9 @@ fn fuse_config(request: &MountRequest) -> Config {
     };
     config.n_threads = Some(settings.worker_threads);
     config.request_spin = settings.request_spin;
+    // READs with requests waiting behind them go to the device's completion thread
+    // (`Filesystem::read_handed_over`), so their worker is back at once.
+    config.reads_handed_over = request.config.fs.read_buffers > 0;
     config.clone_fd = settings.clone_fd;
     config
 }

@@ -57,6 +57,8 @@ pub struct ReaderGate {
     spin_max_ns: u64,
     /// The spin now, between 0 and `spin_max_ns`.
     spin_ns: AtomicU64,
+    /// A `READ` taken with requests waiting returns at once (`with_reads_handed_over`).
+    reads_handed_over: bool,
 }
 
 impl ReaderGate {
@@ -123,6 +125,14 @@ impl ReaderGate {
             .store(next.min(self.spin_max_ns), Ordering::Relaxed);
     }
 
+    /// A gate for a filesystem that hands a `READ` taken while more requests wait to another
+    /// thread to answer: such a `READ` counts as short in `received` (its thread is back in
+    /// microseconds), so no parked thread is called for the requests behind it.
+    pub fn with_reads_handed_over(mut self, reads_handed_over: bool) -> Self {
+        self.reads_handed_over = reads_handed_over;
+        self
+    }
+
     /// The spin now (for tests and statistics).
     pub fn spin(&self) -> Duration {
         Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed))
@@ -169,10 +179,10 @@ impl ReaderGate {
 
     /// After this thread's `read` returned with `request` (empty when the read failed): if no
     /// other thread is reading and requests are queued, calls a parked thread to read them,
-    /// unless the request in hand is a short one (`is_short_request`): then this thread
-    /// takes the queued ones itself in a few microseconds, where waking a parked thread on
-    /// an idle core costs tens, and the woken thread would compete with the clients for the
-    /// cores.
+    /// unless the request in hand is a short one (`is_short_request`, or a `READ` the
+    /// filesystem hands over, `with_reads_handed_over`): then this thread takes the queued
+    /// ones itself in a few microseconds, where waking a parked thread on an idle core
+    /// costs tens, and the woken thread would compete with the clients for the cores.
     pub fn received(&self, device: BorrowedFd<'_>, request: &[u8]) {
         let mut state = self.state.lock();
         state.readers -= 1;
@@ -180,7 +190,7 @@ impl ReaderGate {
             return;
         }
         drop(state);
-        if !requests_waiting(device) {
+        if !requests_waiting(device) || (self.reads_handed_over && is_read(request)) {
             return;
         }
         let mut state = self.state.lock();
@@ -210,6 +220,27 @@ impl ReaderGate {
 
 std::thread_local! {
     static SKIP_SPIN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The device this thread read its current request from (-1: none).
+    static SERVING: std::cell::Cell<std::os::fd::RawFd> = const { std::cell::Cell::new(-1) };
+}
+
+/// Notes the device this thread's request came from (`None` once it is answered), for
+/// `more_requests_waiting`.
+pub(crate) fn serving(device: Option<BorrowedFd<'_>>) {
+    SERVING.set(device.map_or(-1, |device| device.as_raw_fd()));
+}
+
+/// Whether requests wait unread on the device the calling thread's current request came
+/// from (a `poll` without waiting; false outside a request). A handler can tell from it that
+/// its client, or another, has more requests queued: a read worth handing over to be
+/// answered later, so this thread takes the next one now.
+pub fn more_requests_waiting() -> bool {
+    let fd = SERVING.get();
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: set only while this thread serves a request of the channel, which outlives it.
+    requests_waiting(unsafe { BorrowedFd::borrow_raw(fd) })
 }
 
 /// Tells this thread's next `ReaderGate::spin_for_request` not to spin: the request it is
@@ -263,6 +294,11 @@ pub fn is_short_request(request: &[u8]) -> bool {
         Some(opcode) => SHORT.contains(&opcode),
         None => false,
     }
+}
+
+/// Whether `request` is a `READ` (opcode 15).
+fn is_read(request: &[u8]) -> bool {
+    request.get(4..8) == Some(&15u32.to_ne_bytes()[..])
 }
 
 /// Whether the device has a request (or an error: a reader must see it) for `read`,

@@ -308,7 +308,8 @@ impl fuser::Filesystem for CairnFs {
             }
             requests.record_since(Op::Read, started);
         });
-        if !fs.read_handed_over(self.inode(ino), fh.0, offset, size, deliver) {
+        let queued = fuser::more_requests_waiting;
+        if !fs.read_handed_over(self.inode(ino), fh.0, (offset, size), queued, deliver) {
             // The answer comes from the device's completion thread: the client's next
             // request follows it, not this thread's return.
             fuser::skip_next_spin();
