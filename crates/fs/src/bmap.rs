@@ -128,11 +128,15 @@ pub(crate) struct Placement {
     pub alignment: u32,
     /// Try to continue the previous extent on disk exactly before searching near it.
     pub exact_first: bool,
-    /// A growing stream (an extending write with speculative preallocation): when another
-    /// file took the blocks right after its previous extent, it moves to the middle of the
-    /// longest free extent (`Mode::Apart`) instead of the nearest free blocks, which are
-    /// the other stream's room to grow; back to back, the two would leapfrog each other.
+    /// A growing stream (an extending write with speculative preallocation): when a file
+    /// still being extended took the blocks right after its previous extent, it moves to
+    /// the middle of the longest free extent (`Mode::Apart`) instead of the nearest free
+    /// blocks, which are that file's room to grow; back to back, the two would leapfrog
+    /// each other.
     pub apart: bool,
+    /// An extending write: the blocks it takes are the file's growing tail
+    /// (`Preallocs::note_tail`), which other streams move away from.
+    pub extending: bool,
 }
 
 impl Placement {
@@ -144,6 +148,7 @@ impl Placement {
             alignment: 1,
             exact_first: false,
             apart: false,
+            extending: false,
         }
     }
 }
@@ -425,7 +430,11 @@ impl FileMap {
         if placement.exact_first && !self.list.is_empty() {
             let exact = request.with_mode(Mode::Exact).with_alignment(1, 1);
             found = fs.alloc.allocate(tx, &log, &exact)?;
-            if found.is_none() && placement.apart && self.continues_an_extent(start) {
+            let collided = found.is_none()
+                && placement.apart
+                && self.continues_an_extent(start)
+                && fs.preallocs.growing_at(goal.0, self.number);
+            if collided {
                 found = fs
                     .alloc
                     .allocate(tx, &log, &request.with_mode(Mode::Apart))?;
@@ -435,6 +444,10 @@ impl FileMap {
             found = fs.alloc.allocate(tx, &log, &request)?;
         }
         let found = found.ok_or(FsError::NoSpace)?;
+        if placement.extending {
+            let end = found.fs_start.0 + u64::from(found.length);
+            fs.preallocs.note_tail(self.number, found.fs_start.0, end);
+        }
         self.floor = self.floor.max(found.ag.0);
         let extent = Extent::new(start, found.fs_start, found.length, placement.unwritten)
             .map_err(|e| FsError::corrupt("extent", found.fs_start.0, e.to_string()))?;
