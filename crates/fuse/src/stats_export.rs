@@ -45,6 +45,8 @@ const GAUGES: &[(&str, &str)] = &[
     ("write_behind", "cap_bytes"),
     ("write_behind", "dirty_bytes"),
     ("write_behind", "reserved_blocks"),
+    ("reads", "buffer_bytes"),
+    ("reads", "buffer_cap_bytes"),
 ];
 
 /// One subsystem counter as the text view shows it.
@@ -66,6 +68,7 @@ pub fn subsystem_fields(fs: &FsStats) -> Vec<Field> {
         ("data", format!("{:#?}", fs.data)),
         ("extcache", format!("{:#?}", fs.extcache)),
         ("write_behind", format!("{:#?}", fs.write_behind)),
+        ("reads", format!("{:#?}", fs.reads)),
     ];
     let mut fields = Vec::new();
     for (section, debug) in sections {
@@ -285,6 +288,7 @@ mod tests {
             data: Default::default(),
             extcache: Default::default(),
             write_behind: Default::default(),
+            reads: Default::default(),
         }
     }
 
