@@ -27,7 +27,7 @@ use crate::ag::{AgCtx, agf_block};
 use crate::busy::{BusyExtents, LogSequence};
 use crate::counters::OpCounters;
 use crate::request::{Allocation, Mode, Request};
-use crate::search::{Search, by_size, exact, near};
+use crate::search::{Search, apart, by_size, exact, near};
 use crate::space::{AgSpace, free_list_need};
 
 /// In-memory state of one AG, behind its mutex, which is taken only while holding the AG's
@@ -318,7 +318,8 @@ impl Allocator {
             .ag_of(request.target)
             .0
             .clamp(lowest, count.saturating_sub(1));
-        if request.target_ag_only {
+        // Exact mode continues something in place: anywhere else is not the target.
+        if request.target_ag_only || request.mode == Mode::Exact {
             let own = self.geometry.ag_of(request.target).0;
             let tried = if own >= lowest { vec![own] } else { Vec::new() };
             return (tried, Vec::new());
@@ -539,6 +540,7 @@ impl Allocator {
             Mode::Near => near(ctx, space, &mut search)?,
             Mode::Size => by_size(ctx, space, &mut search)?,
             Mode::Exact => exact(ctx, space, &mut search)?,
+            Mode::Apart => apart(ctx, space, &mut search)?,
         }
         Ok(search)
     }

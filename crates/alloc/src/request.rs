@@ -11,8 +11,14 @@ pub enum Mode {
     Near,
     /// Any extent of the wanted length: the smallest that fits.
     Size,
-    /// Exactly at the target (extending a file in place), or nothing.
+    /// Exactly at the target (extending a file in place), or nothing. Only the target's AG
+    /// is tried.
     Exact,
+    /// In the middle of the longest free extent (the target's AG first), at least as much
+    /// room left before it as taken: for a stream whose exact continuation another stream
+    /// took. The blocks before the middle stay free for that other stream to grow into, and
+    /// the ones after it for this one, where near mode would put the two back to back again.
+    Apart,
 }
 
 /// One allocation request.

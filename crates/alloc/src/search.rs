@@ -1,5 +1,5 @@
-//! The three allocation modes inside one AG: near (combined by-length and by-block search,
-//! with the last-leaf scan for AGs with few free extents), by-size, and exact.
+//! The allocation modes inside one AG: near (combined by-length and by-block search, with
+//! the last-leaf scan for AGs with few free extents), by-size, exact, and apart.
 
 use cairn_btree::{Buffers, Cursor, Lookup};
 use cairn_format::{AgBlock, BnoKey, CntKey, FreeSpaceRecord};
@@ -77,6 +77,17 @@ impl<'a> Search<'a> {
         if record.length < self.request.min_len {
             return None;
         }
+        let usable = self.usable(record);
+        let place = place(&self.request, self.wanted, self.target, usable?)?;
+        if place.beats(&self.best.map(|b| b.place)) {
+            self.best = Some(Candidate { record, place });
+        }
+        Some(place)
+    }
+
+    /// The longest piece of `record` no busy range covers, as `(start, length)`; notes the
+    /// sequence a log force must reach when busy ranges cost it blocks.
+    fn usable(&mut self, record: FreeSpaceRecord) -> Option<(u32, u32)> {
         let usable = if self.busy.is_empty() {
             Some((record.start.0, record.length))
         } else {
@@ -87,11 +98,7 @@ impl<'a> Search<'a> {
             let sequence = self.busy.sequence_over(record.start.0, record.length);
             self.busy_sequence = self.busy_sequence.max(sequence);
         }
-        let place = place(&self.request, self.wanted, self.target, usable?)?;
-        if place.beats(&self.best.map(|b| b.place)) {
-            self.best = Some(Candidate { record, place });
-        }
-        Some(place)
+        usable
     }
 
     /// Whether a by-block side whose next record is `distance` from the target goes on. With
@@ -291,6 +298,51 @@ pub(crate) fn by_size<'c, B: Buffers<'c>>(
         if search.full() || !space.cnt.next(ctx, &mut cursor)? {
             break;
         }
+    }
+    Ok(())
+}
+
+/// Apart mode: the longest free extent (after busy trimming; the by-length tree from its
+/// end, at most `SIZE_STEPS_MAX` records, stopping at one too short to beat the best), the
+/// request placed from its middle on, so at least as many blocks as it takes stay free
+/// before it.
+pub(crate) fn apart<'c, B: Buffers<'c>>(
+    ctx: &mut AgCtx<'_, B>,
+    space: &AgSpace,
+    search: &mut Search<'_>,
+) -> Result<(), AllocError> {
+    let Some(mut cursor) = space.cnt.last(ctx)? else {
+        return Ok(());
+    };
+    let mut longest: Option<(FreeSpaceRecord, (u32, u32))> = None;
+    for _ in 0..SIZE_STEPS_MAX {
+        let record = space.cnt.record(ctx, &cursor)?;
+        if longest.is_some_and(|(_, (_, length))| length >= record.length) {
+            break;
+        }
+        search.records_visited += 1;
+        let usable = search.usable(record);
+        if let Some(usable) = usable
+            && longest.is_none_or(|(_, (_, length))| usable.1 > length)
+        {
+            longest = Some((record, usable));
+        }
+        if !space.cnt.prev(ctx, &mut cursor)? {
+            break;
+        }
+    }
+    let Some((record, (start, length))) = longest else {
+        return Ok(());
+    };
+    let half = length / 2;
+    let middle = start + half;
+    if let Some(place) = place(
+        &search.request,
+        search.wanted,
+        middle,
+        (middle, length - half),
+    ) {
+        search.best = Some(Candidate { record, place });
     }
     Ok(())
 }

@@ -1,4 +1,4 @@
-use crate::{AlignedBuf, BatchWrite, DeviceError};
+use crate::{AlignedBuf, BatchWrite, DeviceError, ReadDone, ReadJob};
 
 /// A block device: a fixed-size array of bytes addressed by offset, transferred in whole
 /// sectors.
@@ -36,6 +36,19 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
             .iter()
             .map(|&(offset, buf)| self.write_from(offset, buf))
             .fold(Ok(()), Result::and)
+    }
+
+    /// Reads every part of `job` into its buffer and calls `done` with the buffer and the
+    /// first failure, if any. A device that can keep reads in flight returns at once and
+    /// calls `done` later on a thread of its own (`FileDevice`: io_uring); the default reads
+    /// the parts one by one and calls `done` before returning. `done` must not wait for
+    /// anything a read in flight could hold up.
+    fn read_async(&self, job: ReadJob, done: ReadDone) {
+        let ReadJob { mut buf, parts } = job;
+        let outcome = parts
+            .iter()
+            .try_for_each(|(offset, range)| self.read_into(*offset, &mut buf[range.clone()]));
+        done(buf, outcome);
     }
 
     /// Durability barrier: every write that completed before this call is stable after it.

@@ -11,13 +11,15 @@ use std::fs::{self, File, Metadata};
 use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use crate::batch::{BatchTarget, RingPool};
 use crate::claim::{self, Claim, LockError};
 use crate::mem::check_geometry;
+use crate::reads::ReadEngine;
 use crate::{
-    AlignedBuf, BUFFER_ALIGN, BatchWrite, BlockDevice, DeviceError, bounce_read, check_transfer,
-    sys, write_zero_buffers,
+    AlignedBuf, BUFFER_ALIGN, BatchWrite, BlockDevice, DeviceError, ReadDone, ReadJob, bounce_read,
+    check_transfer, sys, write_zero_buffers,
 };
 
 /// Logical sector size of an image file unless the options say otherwise.
@@ -112,6 +114,9 @@ pub struct FileDevice {
     _claim: Claim,
     /// The io_uring instances `write_batch` uses.
     rings: RingPool,
+    /// `read_async`'s completion thread, started on first use (`None` inside: io_uring or
+    /// an eventfd refused, so reads are synchronous).
+    reads: OnceLock<Option<ReadEngine>>,
 }
 
 fn open_error(path: &Path, source: io::Error) -> DeviceError {
@@ -275,6 +280,7 @@ impl FileDevice {
             direct: options.direct,
             _claim: claim,
             rings: RingPool::default(),
+            reads: OnceLock::new(),
         })
     }
 
@@ -309,6 +315,7 @@ impl FileDevice {
             direct: options.direct,
             _claim: claim,
             rings: RingPool::default(),
+            reads: OnceLock::new(),
         })
     }
 
@@ -330,6 +337,26 @@ impl FileDevice {
             return Err(DeviceError::ReadOnly { op });
         }
         Ok(())
+    }
+
+    /// Whether every part of `job` may go to the kernel as it is: inside the device, in
+    /// whole sectors, into memory aligned for `O_DIRECT`.
+    fn direct_job(&self, job: &ReadJob) -> Result<bool, DeviceError> {
+        let mut direct = self.direct;
+        for (offset, range) in &job.parts {
+            let len = range.len() as u64;
+            check_transfer(*offset, len, self.logical_sector_size, self.size_bytes())?;
+            if range.end > job.buf.len() || len > u64::from(u32::MAX) {
+                return Err(DeviceError::OutOfRange {
+                    offset: range.start as u64,
+                    len,
+                    size: job.buf.len() as u64,
+                });
+            }
+            let address = job.buf.as_ptr() as usize + range.start;
+            direct &= address.is_multiple_of(BUFFER_ALIGN);
+        }
+        Ok(direct)
     }
 
     /// Partial transfers may continue from any multiple of this (see `transfer_all`).
@@ -397,6 +424,13 @@ impl BatchTarget for FileDevice {
     }
 }
 
+impl Drop for FileDevice {
+    /// The completion thread finishes its reads before the descriptor closes.
+    fn drop(&mut self) {
+        drop(self.reads.take());
+    }
+}
+
 /// The open descriptor, for handing the device to the kernel (a loop device over it). Never
 /// close a duplicate of it: closing any descriptor of an image drops this process's lock.
 impl std::os::fd::AsFd for FileDevice {
@@ -431,6 +465,32 @@ impl BlockDevice for FileDevice {
 
     fn write_at(&self, offset: u64, buf: &AlignedBuf) -> Result<(), DeviceError> {
         self.write_from(offset, buf)
+    }
+
+    /// Through the completion thread's io_uring when every part suits it; else (buffered
+    /// I/O, unaligned memory, no io_uring) synchronously, as the default does.
+    fn read_async(&self, job: ReadJob, done: ReadDone) {
+        let engine = match self.direct_job(&job) {
+            Err(error) => return done(job.buf, Err(error)),
+            Ok(false) => None,
+            Ok(true) => self
+                .reads
+                .get_or_init(|| {
+                    let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
+                    ReadEngine::start(fd, self.resume_unit())
+                })
+                .as_ref(),
+        };
+        match engine {
+            Some(engine) => engine.submit(job, done),
+            None => {
+                let ReadJob { mut buf, parts } = job;
+                let outcome = parts.iter().try_for_each(|(offset, range)| {
+                    self.read_into(*offset, &mut buf[range.clone()])
+                });
+                done(buf, outcome);
+            }
+        }
     }
 
     /// Straight from `buf` when its address suits `O_DIRECT`, else through a copy.

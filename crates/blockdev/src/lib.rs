@@ -2,7 +2,9 @@
 //!
 //! Owns: the `BlockDevice` trait, the sector-aligned buffer type `AlignedBuf`, `FileDevice`
 //! (an image file or raw block device with `O_DIRECT`, opened exclusively; a batch of writes
-//! goes to the kernel in one io_uring submission, `write_batch`), and `MemDevice`
+//! goes to the kernel in one io_uring submission, `write_batch`; reads handed over with
+//! `read_async` are in flight with no thread waiting, a completion thread per device
+//! finishing them), and `MemDevice`
 //! (an in-memory device that records writes and flushes, builds crash images from that log
 //! and injects faults).
 //! Invariants:
@@ -12,7 +14,8 @@
 //!   `MemDevice` crash images explore exactly that freedom (see [`crash`]);
 //! - short transfers are retried to completion or reported, never silently accepted;
 //! - `write_batch` returns only once none of its writes is in flight (even when it unwinds),
-//!   so no write outlives the memory it reads;
+//!   so no write outlives the memory it reads; `read_async` owns its buffer until it hands
+//!   it to `done`;
 //! - at most one read-write opener per image or device, across processes (locks, `O_EXCL`) and
 //!   inside this process (a registry); refusals name the holder where the system can tell.
 //!
@@ -37,6 +40,7 @@ mod error;
 mod fault;
 mod file;
 mod mem;
+mod reads;
 mod sys;
 
 pub use aligned::{AlignedBuf, BUFFER_ALIGN};
@@ -49,3 +53,4 @@ pub use file::{
     DeviceKind, FileDevice, IMAGE_PHYSICAL_SECTOR_SIZE, IMAGE_SECTOR_SIZE_DEFAULT, OpenOptions,
 };
 pub use mem::MemDevice;
+pub use reads::{ReadDone, ReadJob};

@@ -185,6 +185,7 @@ impl Filesystem {
 
     /// Closes `file`; the last close of an unlinked inode frees it.
     pub fn release(&self, file: OpenFile) -> Result<(), FsError> {
+        self.reads.forget_handle(file.handle);
         let handle = self.inode(file.inode)?;
         let free = {
             let mut data = handle.data.lock();

@@ -128,6 +128,15 @@ pub(crate) struct Placement {
     pub alignment: u32,
     /// Try to continue the previous extent on disk exactly before searching near it.
     pub exact_first: bool,
+    /// A growing stream (an extending write with speculative preallocation): when a file
+    /// still being extended took the blocks right after its previous extent, it moves to
+    /// the middle of the longest free extent (`Mode::Apart`) instead of the nearest free
+    /// blocks, which are that file's room to grow; back to back, the two would leapfrog
+    /// each other.
+    pub apart: bool,
+    /// An extending write: the blocks it takes are the file's growing tail
+    /// (`Preallocs::note_tail`), which other streams move away from.
+    pub extending: bool,
 }
 
 impl Placement {
@@ -138,6 +147,8 @@ impl Placement {
             min_len: 1,
             alignment: 1,
             exact_first: false,
+            apart: false,
+            extending: false,
         }
     }
 }
@@ -419,11 +430,24 @@ impl FileMap {
         if placement.exact_first && !self.list.is_empty() {
             let exact = request.with_mode(Mode::Exact).with_alignment(1, 1);
             found = fs.alloc.allocate(tx, &log, &exact)?;
+            let collided = found.is_none()
+                && placement.apart
+                && self.continues_an_extent(start)
+                && fs.preallocs.growing_at(goal.0, self.number);
+            if collided {
+                found = fs
+                    .alloc
+                    .allocate(tx, &log, &request.with_mode(Mode::Apart))?;
+            }
         }
         if found.is_none() {
             found = fs.alloc.allocate(tx, &log, &request)?;
         }
         let found = found.ok_or(FsError::NoSpace)?;
+        if placement.extending {
+            let end = found.fs_start.0 + u64::from(found.length);
+            fs.preallocs.note_tail(self.number, found.fs_start.0, end);
+        }
         self.floor = self.floor.max(found.ag.0);
         let extent = Extent::new(start, found.fs_start, found.length, placement.unwritten)
             .map_err(|e| FsError::corrupt("extent", found.fs_start.0, e.to_string()))?;
@@ -431,6 +455,12 @@ impl FileMap {
         self.allocated.push(extent);
         data.core.block_count += u64::from(found.length);
         Ok(extent)
+    }
+
+    /// Whether file block `block` comes right after a mapped extent (an append to it).
+    fn continues_an_extent(&self, block: u64) -> bool {
+        let index = self.list.partition_point(|e| e.file_end() <= block);
+        index > 0 && self.list[index - 1].file_end() == block
     }
 
     /// Blocks `store` may allocate for the extent tree after this step's allocations: none

@@ -108,11 +108,27 @@ impl Filesystem {
         first: u64,
         buf: &mut [u8],
     ) -> Result<(), FsError> {
+        for (offset, range) in self.plan_blocks(handle, extents, first, buf)? {
+            self.device.read_into(offset, &mut buf[range])?;
+        }
+        Ok(())
+    }
+
+    /// Fills `buf`'s holes and unwritten blocks (from file block `first` on) with zeros and
+    /// returns the device reads that fill the rest, one per mapped run.
+    pub(crate) fn plan_blocks(
+        &self,
+        file: &Inode,
+        extents: &InodeExtents,
+        first: u64,
+        buf: &mut [u8],
+    ) -> Result<Vec<(u64, std::ops::Range<usize>)>, FsError> {
         let block_size = u64::from(self.geometry.block_size);
         let last = first + buf.len() as u64 / block_size;
+        let mut parts = Vec::new();
         let mut block = first;
         while block < last {
-            let (run_end, physical) = match self.map_block(handle, extents, block)? {
+            let (run_end, physical) = match self.map_block(file, extents, block)? {
                 Mapping::Hole { length } => (block.saturating_add(length).min(last), None),
                 Mapping::Mapped(run) if run.unwritten => (run.file_end().min(last), None),
                 Mapping::Mapped(run) => (
@@ -120,15 +136,15 @@ impl Filesystem {
                     Some(run.fs_block.0 + (block - run.file_block)),
                 ),
             };
-            let at = ((block - first) * block_size) as usize;
-            let part = &mut buf[at..((run_end - first) * block_size) as usize];
+            let range =
+                ((block - first) * block_size) as usize..((run_end - first) * block_size) as usize;
             match physical {
-                Some(physical) => self.device.read_into(physical * block_size, part)?,
-                None => part.fill(0),
+                Some(physical) => parts.push((physical * block_size, range)),
+                None => buf[range].fill(0),
             }
             block = run_end;
         }
-        Ok(())
+        Ok(parts)
     }
 
     /// Writes `data` at `offset`, extending the file as needed; returns the bytes written.

@@ -117,6 +117,8 @@ pub struct Filesystem {
     pub(crate) preallocs: crate::prealloc::Preallocs,
     pub(crate) data_cache: crate::extents::DataCache,
     pub(crate) write_behind: crate::write_behind::WriteBehind,
+    /// Reads handed over, read-ahead and read buffers (`reads.rs`).
+    pub(crate) reads: crate::reads::Reads,
     /// What the daemon's background thread waits on (`background.rs`).
     pub(crate) background: Arc<crate::background::BackgroundSignal>,
     /// Sharing and copy-on-write counters (`reflink.rs`).
@@ -201,6 +203,7 @@ impl Filesystem {
         );
         let fs = Self {
             write_behind,
+            reads: crate::reads::Reads::new(options.read_buffers),
             background,
             device,
             geometry,
@@ -367,6 +370,7 @@ impl Filesystem {
             extcache: self.data_cache.cache.stats(),
             write_behind: self.write_behind.stats(),
             reflink: self.reflink.snapshot(),
+            reads: self.reads.stats(),
         }
     }
 

@@ -15,7 +15,7 @@ use cairn_bufcache::{BufKey, BufferCache, ReadSpec};
 use cairn_format::acl::Acl;
 use cairn_format::inode::{FileType, ForkFormat, INODE_CORE_SIZE, InodeCore, Timestamp};
 use cairn_format::{Expected, FsBlock, Geometry, InodeNumber, MetaKind, OnDisk, stamp};
-use cairn_lockrank::{Mutex, MutexGuard, Order, Rank, RwLock};
+use cairn_lockrank::{Mutex, MutexGuard, Order, Rank, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::FsError;
 use crate::types::{Attr, FileKind};
@@ -167,13 +167,125 @@ impl InodeData {
     }
 }
 
+/// An inode's I/O lock: shared for reads, exclusive for writes that change the data, the
+/// mapping or the size; it holds the inode's cached dirty pages (`write_behind`).
+///
+/// It also counts the reads that gave the lock back while their device transfers are still
+/// in flight (`Filesystem::read_handed_over`, `InFlightRead`): an exclusive holder waits for
+/// them before it changes anything, so to every change such a read is what a shared holder
+/// is (no block it reads is freed, reused or rewritten under it). And it counts exclusive
+/// holds (`epoch`): a read-ahead taken at one epoch still shows the file at a later look with
+/// the same epoch.
+#[derive(Debug)]
+pub(crate) struct IoLock {
+    lock: RwLock<crate::write_behind::PageSet>,
+    /// Reads in flight without the lock, and their completion signal. A leaf: held only to
+    /// count, or by a waiter inside `Condvar::wait`.
+    reads: parking_lot::Mutex<usize>,
+    reads_done: parking_lot::Condvar,
+    epoch: AtomicU64,
+}
+
+impl IoLock {
+    fn new(number: u64) -> Self {
+        Self {
+            lock: RwLock::keyed(Rank::InodeIo, number, Default::default()),
+            reads: parking_lot::Mutex::new(0),
+            reads_done: parking_lot::Condvar::new(),
+            epoch: AtomicU64::new(0),
+        }
+    }
+
+    #[track_caller]
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, crate::write_behind::PageSet> {
+        self.lock.read()
+    }
+
+    /// The exclusive lock, once no read is in flight; a new epoch begins.
+    #[track_caller]
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, crate::write_behind::PageSet> {
+        let guard = self.lock.write();
+        self.exclusive_begins();
+        guard
+    }
+
+    /// `write` for a lock taken in `order` beside another inode's (`key` is this inode's
+    /// number): a clone locks both of its files.
+    #[track_caller]
+    pub(crate) fn write_with(
+        &self,
+        key: u64,
+        order: Order,
+    ) -> RwLockWriteGuard<'_, crate::write_behind::PageSet> {
+        let guard = self.lock.write_with(key, order);
+        self.exclusive_begins();
+        guard
+    }
+
+    /// Waits out the reads in flight and starts a new epoch (the caller now holds the lock
+    /// exclusively).
+    fn exclusive_begins(&self) {
+        let mut reads = self.reads.lock();
+        while *reads > 0 {
+            self.reads_done.wait(&mut reads);
+        }
+        drop(reads);
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The exclusive lock if it is free and no read is in flight.
+    pub(crate) fn try_write(&self) -> Option<RwLockWriteGuard<'_, crate::write_behind::PageSet>> {
+        let guard = self.lock.try_write()?;
+        if *self.reads.lock() > 0 {
+            return None;
+        }
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        Some(guard)
+    }
+
+    /// Exclusive holds so far; the caller holds the shared lock, so it cannot change.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+}
+
+/// A read whose device transfer is in flight after its I/O lock was given back; taken
+/// under the shared lock, it holds off exclusive holders until dropped.
+#[derive(Debug)]
+pub(crate) struct InFlightRead {
+    inode: Arc<Inode>,
+}
+
+impl InFlightRead {
+    /// Counts a read of `inode`, whose I/O lock the caller holds shared (`_held`).
+    pub(crate) fn begin(
+        inode: &Arc<Inode>,
+        _held: &RwLockReadGuard<'_, crate::write_behind::PageSet>,
+    ) -> Self {
+        *inode.io.reads.lock() += 1;
+        Self {
+            inode: Arc::clone(inode),
+        }
+    }
+}
+
+impl Drop for InFlightRead {
+    fn drop(&mut self) {
+        let io = &self.inode.io;
+        let mut reads = io.reads.lock();
+        *reads -= 1;
+        if *reads == 0 {
+            io.reads_done.notify_all();
+        }
+    }
+}
+
 /// One cached inode.
 #[derive(Debug)]
 pub(crate) struct Inode {
     pub number: u64,
-    /// The I/O lock: shared for reads, exclusive for writes that change the mapping or size.
-    /// It holds the inode's cached dirty pages (`write_behind`).
-    pub io: RwLock<crate::write_behind::PageSet>,
+    /// The I/O lock, with the reads in flight that hold off its exclusive holders.
+    pub io: IoLock,
     /// The metadata lock and the state it guards.
     pub data: Mutex<InodeData>,
 }
@@ -182,7 +294,7 @@ impl Inode {
     pub(crate) fn new(number: u64, data: InodeData) -> Self {
         Self {
             number,
-            io: RwLock::keyed(Rank::InodeIo, number, Default::default()),
+            io: IoLock::new(number),
             data: Mutex::keyed(Rank::Inode, number, data),
         }
     }

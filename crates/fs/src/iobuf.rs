@@ -45,18 +45,47 @@ pub(crate) fn give_back(buf: AlignedBuf) {
     SPARE.set(Some(larger));
 }
 
-/// The bytes of a read: a window of a device buffer, which goes back to the thread's spare
-/// when dropped (the FUSE reply is sent from the same thread, so the next read reuses it).
+/// The bytes of a read: a window of a device buffer. The buffer is this thread's spare
+/// (it goes back there when dropped: the FUSE reply is sent from the same thread, so the
+/// next read reuses it) or one of the read buffers (`reads::ReadBuffers`), shared by the
+/// reads a read-ahead serves and given back to them when the last is dropped.
 pub struct ReadData {
-    buf: Option<AlignedBuf>,
+    buf: Option<Held>,
     start: usize,
     len: usize,
+}
+
+enum Held {
+    Spare(AlignedBuf),
+    Shared(std::sync::Arc<crate::reads::PooledBuf>),
+}
+
+impl Held {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Held::Spare(buf) => buf,
+            Held::Shared(buf) => buf.bytes(),
+        }
+    }
 }
 
 impl ReadData {
     /// `len` bytes of `buf` from `start`; the caller has filled them.
     pub(crate) fn new(buf: AlignedBuf, start: usize, len: usize) -> Self {
-        let end = start.saturating_add(len).min(buf.len());
+        Self::window(Held::Spare(buf), start, len)
+    }
+
+    /// `len` bytes of a read buffer from `start`; the caller has filled them.
+    pub(crate) fn shared(
+        buf: std::sync::Arc<crate::reads::PooledBuf>,
+        start: usize,
+        len: usize,
+    ) -> Self {
+        Self::window(Held::Shared(buf), start, len)
+    }
+
+    fn window(buf: Held, start: usize, len: usize) -> Self {
+        let end = start.saturating_add(len).min(buf.bytes().len());
         Self {
             start: start.min(end),
             len: end - start.min(end),
@@ -78,7 +107,7 @@ impl Deref for ReadData {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match &self.buf {
-            Some(buf) => &buf[self.start..self.start + self.len],
+            Some(buf) => &buf.bytes()[self.start..self.start + self.len],
             None => &[],
         }
     }
@@ -86,7 +115,7 @@ impl Deref for ReadData {
 
 impl Drop for ReadData {
     fn drop(&mut self) {
-        if let Some(buf) = self.buf.take() {
+        if let Some(Held::Spare(buf)) = self.buf.take() {
             give_back(buf);
         }
     }

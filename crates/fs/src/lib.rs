@@ -44,6 +44,7 @@ mod iobuf;
 mod namei;
 mod perm;
 mod prealloc;
+mod reads;
 mod recovery;
 mod reflink;
 mod remove;
@@ -70,6 +71,7 @@ pub use fs::Filesystem;
 pub use grow::{GrowReport, HeldInode, grown_geometry};
 pub use iobuf::ReadData;
 pub use prealloc::BackgroundScan;
+pub use reads::{Deliver, PooledBuf, ReadStats};
 pub use reflink::ReflinkStats;
 pub use seek::FileExtent;
 pub use types::{

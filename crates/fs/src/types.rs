@@ -41,10 +41,17 @@ pub struct MountOptions {
     /// long as the daemon's background thread runs `background_pass` at least every
     /// quarter of it (`Filesystem::background_interval`).
     pub commit_interval_ms: u64,
+    /// Bytes of memory for reads handed over and read-ahead (`Filesystem::read_handed_over`);
+    /// with less, reads are synchronous and nothing is read ahead.
+    pub read_buffers: u64,
 }
 
 /// The default commit window, ext4's `commit=` default.
 pub const COMMIT_INTERVAL_MS_DEFAULT: u64 = 5_000;
+
+/// Default `MountOptions::read_buffers`: 64 MiB (16 requests of 1 MiB in flight, and four
+/// 4 MiB read-ahead windows beside them, with room to spare).
+pub const READ_BUFFERS_DEFAULT_BYTES: u64 = 64 << 20;
 
 impl Default for MountOptions {
     fn default() -> Self {
@@ -59,6 +66,7 @@ impl Default for MountOptions {
             discard: false,
             data_cache: 0,
             commit_interval_ms: COMMIT_INTERVAL_MS_DEFAULT,
+            read_buffers: READ_BUFFERS_DEFAULT_BYTES,
         }
     }
 }
@@ -333,4 +341,5 @@ pub struct FsStats {
     pub extcache: cairn_extcache::StatsSnapshot,
     pub write_behind: crate::write_behind::WriteBehindStats,
     pub reflink: crate::reflink::ReflinkStats,
+    pub reads: crate::reads::ReadStats,
 }

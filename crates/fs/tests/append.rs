@@ -125,3 +125,56 @@ fn two_direct_appenders_stay_contiguous() {
     fs.unmount().unwrap();
     fsck_clean(&device);
 }
+
+// Appends in a fixed order that once defeated the appenders' separation: B writes first,
+// then A writes twice (its second write continues it in place, so its growing run is two
+// allocations long), then both alternate. B's continuation lies in the first part of A's
+// run; B must still move apart rather than leapfrog A, so each file ends in at most two
+// extents (the first write, then one run).
+#[test]
+fn an_appender_moves_apart_from_a_run_grown_in_place() {
+    // The middle of the longest free extent lies 32 MiB or more from the first files.
+    let size = 8u64 << 20;
+    let device = make_device(256 << 20);
+    let fs = mount(&device);
+    let who = root();
+    let dir = fs.mkdir(fs.root(), b"db", 0o755, &who).unwrap();
+    let create = |name: &[u8]| {
+        fs.create(dir.inode, name, FileKind::Regular, 0o644, 0, &who)
+            .unwrap()
+            .inode
+    };
+    let (a, b) = (create(b"a"), create(b"b"));
+    let handles = [a, b].map(|inode| fs.open(inode, true, false, true, &who).unwrap());
+    let chunk = vec![0x5a; CHUNK];
+    let append = |inode: u64| {
+        let at = fs.getattr(inode).unwrap().size;
+        assert_eq!(fs.write(inode, at, &chunk).unwrap() as usize, CHUNK);
+        fs.fsync(inode, true).unwrap();
+    };
+    append(b);
+    append(a);
+    append(a);
+    while fs.getattr(a).unwrap().size < size || fs.getattr(b).unwrap().size < size {
+        for inode in [b, a] {
+            if fs.getattr(inode).unwrap().size < size {
+                append(inode);
+            }
+        }
+    }
+    for inode in [a, b] {
+        let mut extents = fs.file_extents(inode).unwrap();
+        extents.retain(|extent| extent.offset < size);
+        let merged = extents
+            .windows(2)
+            .filter(|pair| pair[0].physical + pair[0].length != pair[1].physical)
+            .count()
+            + 1;
+        assert!(merged <= 2, "inode {inode}: {extents:?}");
+    }
+    for handle in handles {
+        fs.release(handle).unwrap();
+    }
+    fs.unmount().unwrap();
+    fsck_clean(&device);
+}

@@ -320,7 +320,8 @@ fn start_transport(
     let mode = settings.uring;
     let read_only = request.config.fs.read_only;
     let adapter = CairnFs::new(Arc::clone(core), Arc::clone(requests), settings, read_only)
-        .map_err(DaemonError::Unmount)?;
+        .map_err(DaemonError::Unmount)?
+        .with_reads_answered_in_handler();
     let fuse_fd = session.as_fd().as_raw_fd();
     Ok(rings.start(fuse_fd, session.dispatcher(adapter), mode))
 }
@@ -503,6 +504,9 @@ fn fuse_config(request: &MountRequest) -> Config {
     };
     config.n_threads = Some(settings.worker_threads);
     config.request_spin = settings.request_spin;
+    // READs with requests waiting behind them go to the device's completion thread
+    // (`Filesystem::read_handed_over`), so their worker is back at once.
+    config.reads_handed_over = request.config.fs.read_buffers > 0;
     config.clone_fd = settings.clone_fd;
     config
 }

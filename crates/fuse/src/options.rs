@@ -190,11 +190,12 @@ const IGNORED: [&str; 14] = [
 ];
 
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 17] = [
+const VALUE_OPTIONS: [&str; 18] = [
     "logmode",
     "commit",
     "cache_size",
     "data_cache",
+    "read_buffers",
     "allocsize",
     "threads",
     "spin_us",
@@ -289,6 +290,7 @@ impl MountConfig {
             "commit" => self.fs.commit_interval_ms = parse_commit(value).map_err(bad)?,
             "cache_size" => self.fs.cache_bytes = Some(parse_size(value).map_err(bad)?),
             "data_cache" => self.fs.data_cache = parse_size(value).map_err(bad)?,
+            "read_buffers" => self.fs.read_buffers = parse_size(value).map_err(bad)?,
             "allocsize" => self.fs.alloc_size = Some(parse_alloc_size(value).map_err(bad)?),
             "threads" => self.fuse.worker_threads = parse_threads(value).map_err(bad)?,
             "spin_us" => self.fuse.request_spin = parse_spin(value).map_err(bad)?,
@@ -459,6 +461,10 @@ pub const OPTION_HELP: &[(&str, &str)] = &[
         "write-behind cache for file data, 0 writes through (default 256M)",
     ),
     (
+        "read_buffers=SIZE",
+        "memory for reads at the device and read-ahead, 0 reads synchronously (default 64M)",
+    ),
+    (
         "allocsize=SIZE",
         "fixed preallocation beyond EOF (a power of two; default dynamic)",
     ),
@@ -587,7 +593,7 @@ mod tests {
     #[test]
     fn options_parse_into_their_fields() {
         let config = MountConfig::parse([
-            "ro,logmode=sync,cache_size=64M,allocsize=1M,noatime,data_cache=0",
+            "ro,logmode=sync,cache_size=64M,allocsize=1M,noatime,data_cache=0,read_buffers=8M",
             "allow_other,threads=2,max_write=512K,attr_timeout=0.5,nodev,defaults,x-systemd.foo",
             "readahead=8M",
         ])
@@ -597,6 +603,7 @@ mod tests {
         assert_eq!(config.fs.cache_bytes, Some(64 << 20));
         assert_eq!(config.fs.alloc_size, Some(1 << 20));
         assert_eq!(config.fs.data_cache, 0);
+        assert_eq!(config.fs.read_buffers, 8 << 20);
         assert_eq!(config.fs.atime, AtimeMode::Noatime);
         assert!(config.fuse.allow_other);
         assert_eq!(config.fuse.worker_threads, 2);

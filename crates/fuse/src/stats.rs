@@ -303,6 +303,20 @@ pub struct Timer<'a> {
     start: Instant,
 }
 
+impl Timer<'_> {
+    /// Ends the request's time in flight on this thread without recording it: its reply
+    /// comes later from elsewhere (a read handed over), which records it with
+    /// `RequestStats::record_since` and the start returned here.
+    pub fn hand_over(self) -> Instant {
+        let start = self.start;
+        if let Some(flight) = self.flight {
+            flight.end();
+        }
+        std::mem::forget(self);
+        start
+    }
+}
+
 impl Drop for Timer<'_> {
     fn drop(&mut self) {
         let elapsed_ns = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -356,6 +370,13 @@ impl RequestStats {
     }
 
     /// Counts a failed request of type `op`.
+    /// Records a request of type `op` started at `start` and answered now (see
+    /// `Timer::hand_over`).
+    pub fn record_since(&self, op: Op, start: Instant) {
+        let elapsed_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.slots[op as usize].record(elapsed_ns);
+    }
+
     pub fn error(&self, op: Op) {
         self.slots[op as usize]
             .errors
@@ -413,6 +434,7 @@ pub fn render(fs: &FsStats, requests: &RequestStats) -> String {
     section(&mut out, "extcache", &format!("{:#?}", fs.extcache));
     section(&mut out, "write_behind", &format!("{:#?}", fs.write_behind));
     section(&mut out, "reflink", &format!("{:#?}", fs.reflink));
+    section(&mut out, "reads", &format!("{:#?}", fs.reads));
     if let Some(transport) = requests.transport.get() {
         let _ = writeln!(out, "[fuse transport]");
         for line in transport.lines() {
@@ -548,6 +570,7 @@ mod tests {
             extcache: Default::default(),
             write_behind: Default::default(),
             reflink: Default::default(),
+            reads: Default::default(),
         };
         let text = render(&fs, &RequestStats::default());
         let sections = [
@@ -559,6 +582,7 @@ mod tests {
             "extcache",
             "write_behind",
             "reflink",
+            "reads",
         ];
         for name in sections {
             assert!(

@@ -45,6 +45,8 @@ const GAUGES: &[(&str, &str)] = &[
     ("write_behind", "cap_bytes"),
     ("write_behind", "dirty_bytes"),
     ("write_behind", "reserved_blocks"),
+    ("reads", "buffer_bytes"),
+    ("reads", "buffer_cap_bytes"),
 ];
 
 /// One subsystem counter as the text view shows it.
@@ -67,6 +69,7 @@ pub fn subsystem_fields(fs: &FsStats) -> Vec<Field> {
         ("extcache", format!("{:#?}", fs.extcache)),
         ("write_behind", format!("{:#?}", fs.write_behind)),
         ("reflink", format!("{:#?}", fs.reflink)),
+        ("reads", format!("{:#?}", fs.reads)),
     ];
     let mut fields = Vec::new();
     for (section, debug) in sections {
@@ -287,6 +290,7 @@ mod tests {
             extcache: Default::default(),
             write_behind: Default::default(),
             reflink: Default::default(),
+            reads: Default::default(),
         }
     }
 

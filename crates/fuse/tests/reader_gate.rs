@@ -193,3 +193,31 @@ fn a_thread_done_while_requests_queue_reads_too() {
     gate.close();
     assert!(!parked.join().unwrap());
 }
+
+// With reads handed over (cairn answers a READ with requests waiting from the device's
+// completion thread), a reader holding a READ takes what queued behind it itself; without,
+// the READ is a long request and a parked thread is called.
+#[test]
+fn a_read_handed_over_calls_no_parked_thread() {
+    const READ: u32 = 15;
+    let read = request(READ, &[0; 40]);
+    let (device, mut writer) = pipe();
+    let gate = Arc::new(ReaderGate::new().with_reads_handed_over(true));
+    assert!(gate.wait_turn(device.as_fd()));
+    let follower = spawn_waiter(&gate, &device);
+    eventually(|| gate.parked() == 1);
+    writer.write_all(b"x").unwrap();
+    gate.received(device.as_fd(), &read);
+    assert_eq!(gate.parked(), 1, "called for a READ handed over");
+    gate.close();
+    assert!(!follower.join().unwrap());
+
+    let (device, mut writer, gate, follower) = reader_with_a_parked_thread();
+    writer.write_all(b"x").unwrap();
+    assert!(gate.wait_turn(device.as_fd()));
+    gate.received(device.as_fd(), &read);
+    assert!(
+        follower.join().unwrap(),
+        "a READ answered by its reader is a long request"
+    );
+}

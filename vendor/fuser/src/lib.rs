@@ -100,7 +100,7 @@ mod open_flags;
 mod passthrough;
 mod poll_events;
 mod reader_gate;
-pub use reader_gate::{ReaderGate, is_short_request};
+pub use reader_gate::{ReaderGate, is_short_request, more_requests_waiting, skip_next_spin};
 mod read_buf;
 mod rename_flags;
 mod reply;

@@ -291,7 +291,9 @@ impl<FS: Filesystem> Session<FS> {
 
         let mut threads = Vec::with_capacity(n_threads);
         // cairn patch: which threads read (src/reader_gate.rs).
-        let gate = Arc::new(ReaderGate::with_spin(config.request_spin));
+        let gate = Arc::new(
+            ReaderGate::with_spin(config.request_spin).with_reads_handed_over(config.reads_handed_over),
+        );
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -624,7 +626,10 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
                         } else {
-                            req.dispatch(self)
+                            // cairn patch: the handler may ask whether more requests wait.
+                            crate::reader_gate::serving(Some(self.ch.as_fd()));
+                            req.dispatch(self);
+                            crate::reader_gate::serving(None);
                         }
                     }
                     // Quit loop on illegal request

@@ -38,6 +38,10 @@ pub struct CairnFs {
     root: u64,
     /// The io_uring transport's side of the handshake, if it was prepared.
     ring: Option<Arc<crate::uring::RingOffer>>,
+    /// Reads may be answered after their handler returned (`Filesystem::read_handed_over`):
+    /// true on `/dev/fuse`, whose replies any thread may send; a ring entry takes its reply
+    /// only while its handler runs.
+    hand_over_reads: bool,
 }
 
 impl CairnFs {
@@ -61,12 +65,20 @@ impl CairnFs {
             read_only,
             root,
             ring: None,
+            hand_over_reads: true,
         })
     }
 
     /// This front end negotiates the io_uring transport at init as `offer` says.
     pub fn with_ring(mut self, offer: Arc<crate::uring::RingOffer>) -> Self {
         self.ring = Some(offer);
+        self
+    }
+
+    /// This front end answers every read before its handler returns (for a ring
+    /// transport's dispatcher).
+    pub fn with_reads_answered_in_handler(mut self) -> Self {
+        self.hand_over_reads = false;
         self
     }
 
@@ -108,13 +120,7 @@ impl CairnFs {
 
     /// Counts and logs a failed request and returns its errno.
     fn fail(&self, op: Op, error: &FsError) -> Errno {
-        self.requests.error(op);
-        if is_severe(error) {
-            tracing::error!(request = ?op, %error, "request failed");
-        } else {
-            tracing::debug!(request = ?op, %error, "request failed");
-        }
-        error.to_errno()
+        failed(&self.requests, op, error)
     }
 
     /// Counts a request refused before it reached the filesystem.
@@ -166,4 +172,15 @@ impl CairnFs {
             Generation(0),
         );
     }
+}
+
+/// Counts and logs a failed request in `requests` and returns its errno.
+fn failed(requests: &RequestStats, op: Op, error: &FsError) -> Errno {
+    requests.error(op);
+    if is_severe(error) {
+        tracing::error!(request = ?op, %error, "request failed");
+    } else {
+        tracing::debug!(request = ?op, %error, "request failed");
+    }
+    error.to_errno()
 }

@@ -281,20 +281,35 @@ impl fuser::Filesystem for CairnFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let _timer = self.requests.start(Op::Read, ino.0);
-        match self
-            .fs()
-            .and_then(|fs| fs.read_data(self.inode(ino), offset, size))
-        {
-            Ok(data) => reply.data(&data),
-            Err(error) => reply.error(self.fail(Op::Read, &error)),
+        let timer = self.requests.start(Op::Read, ino.0);
+        let fs = match self.fs() {
+            Ok(fs) => fs,
+            Err(error) => return reply.error(self.fail(Op::Read, &error)),
+        };
+        if !self.hand_over_reads {
+            return self.read_in_handler(&fs, (ino, fh), (offset, size), reply);
+        }
+        let started = timer.hand_over();
+        let requests = std::sync::Arc::clone(&self.requests);
+        let deliver = Box::new(move |data: Result<cairn_fs::ReadData, cairn_fs::FsError>| {
+            match data {
+                Ok(data) => reply.data(&data),
+                Err(error) => reply.error(super::failed(&requests, Op::Read, &error)),
+            }
+            requests.record_since(Op::Read, started);
+        });
+        let queued = fuser::more_requests_waiting;
+        if !fs.read_handed_over(self.inode(ino), fh.0, (offset, size), queued, deliver) {
+            // The answer comes from the device's completion thread: the client's next
+            // request follows it, not this thread's return.
+            fuser::skip_next_spin();
         }
     }
 
@@ -727,6 +742,28 @@ impl CairnFs {
                 self.drop_reference(attr.inode, 1);
                 reply.error(self.fail(op, &error));
             }
+        }
+    }
+
+    /// A read answered before its handler returns (a ring entry takes its reply only then),
+    /// still through the handle, so sequential `O_DIRECT` readers get read-ahead here too.
+    fn read_in_handler(
+        &self,
+        fs: &cairn_fs::Filesystem,
+        (ino, fh): (INodeNo, FileHandle),
+        (offset, size): (u64, u32),
+        reply: ReplyData,
+    ) {
+        let (landed, arrival) = std::sync::mpsc::sync_channel(1);
+        let deliver = Box::new(move |data| {
+            // The receiver waits below; a send cannot fail while it does.
+            let _ = landed.send(data);
+        });
+        fs.read_handed_over(self.inode(ino), fh.0, (offset, size), || false, deliver);
+        match arrival.recv() {
+            Ok(Ok(data)) => reply.data(&data),
+            Ok(Err(error)) => reply.error(self.fail(Op::Read, &error)),
+            Err(_) => reply.error(Errno::EIO),
         }
     }
 }

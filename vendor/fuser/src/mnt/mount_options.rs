@@ -21,6 +21,10 @@ pub struct Config {
     /// cairn patch: the longest a reading thread spins for its next request before it
     /// blocks in `read` (zero: it never spins); see `ReaderGate`.
     pub request_spin: std::time::Duration,
+    /// cairn patch: the filesystem hands a `READ` with more requests waiting to another
+    /// thread to answer and returns at once, so the reading thread takes the waiting
+    /// requests itself rather than call a parked one; see `ReaderGate::received`.
+    pub reads_handed_over: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
