@@ -187,15 +187,27 @@ impl World {
     fn read(&mut self, handle: usize, offset: usize, len: usize) {
         let end = self.model.len().min(offset + len);
         let expected = self.model.get(offset..end).unwrap_or(&[]).to_vec();
+        let handle = self.handles[handle % self.handles.len()];
+        self.read_of((self.inode, handle), offset, len, expected);
+    }
+
+    /// A read of `len` bytes at `offset` of `inode` through `handle`, which must return
+    /// `expected`.
+    fn read_of(
+        &mut self,
+        (inode, handle): (u64, u64),
+        offset: usize,
+        len: usize,
+        expected: Vec<u8>,
+    ) {
         let (sender, receiver) = channel();
         let deliver = Box::new(move |data| sender.send(data).unwrap());
-        let handle = self.handles[handle % self.handles.len()];
         // Every other read pretends requests wait behind it, so some go to the device
         // with no other read busy.
         self.turn += 1;
         let queued = self.turn.is_multiple_of(2);
         self.fs.read_handed_over(
-            self.inode,
+            inode,
             handle,
             (offset as u64, len as u32),
             || queued,
@@ -251,6 +263,13 @@ enum Op {
         block: usize,
         blocks: usize,
     },
+    /// `copy_file_range` of the file into itself (blocks shared), skipped if the ranges
+    /// overlap.
+    Clone {
+        from: usize,
+        to: usize,
+        blocks: usize,
+    },
     /// Waits for every read handed over and checks it.
     Check,
 }
@@ -265,6 +284,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(handle, offset, len)| Op::Read { handle, offset, len }),
         1 => (0..500_000usize).prop_map(|size| Op::Truncate { size }),
         1 => (0..96usize, 1..20usize).prop_map(|(block, blocks)| Op::Punch { block, blocks }),
+        1 => (0..96usize, 0..120usize, 1..24usize)
+            .prop_map(|(from, to, blocks)| Op::Clone { from, to, blocks }),
         1 => Just(Op::Check),
     ]
 }
@@ -311,6 +332,24 @@ fn run(world: &mut World, op: &Op) -> Result<(), TestCaseError> {
                 world.model[offset..end].fill(0);
             }
         }
+        Op::Clone { from, to, blocks } => {
+            let (from, to, len) = (from * BLOCK, to * BLOCK, blocks * BLOCK);
+            if from < to + len && to < from + len {
+                return Ok(());
+            }
+            let inode = world.inode;
+            let done = world
+                .fs
+                .copy_file_range(inode, from as u64, inode, to as u64, len as u64)
+                .unwrap() as usize;
+            if done > 0 {
+                let copied = world.model[from..from + done].to_vec();
+                if world.model.len() < to + done {
+                    world.model.resize(to + done, 0);
+                }
+                world.model[to..to + done].copy_from_slice(&copied);
+            }
+        }
         Op::Check => world.check_reads()?,
     }
     Ok(())
@@ -319,8 +358,9 @@ fn run(world: &mut World, op: &Op) -> Result<(), TestCaseError> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
-    // Reads, sequential streams through direct and buffered handles, writes, truncations
-    // and punches, with reads left at the device across the changes: every read returns
+    // Reads, sequential streams through direct and buffered handles, writes, truncations,
+    // punches and clones within the file (so later writes copy on write), with reads left
+    // at the device across the changes: every read returns
     // the file as it was when the read was asked; fsck is clean afterwards.
     #[test]
     fn handed_over_reads_match_the_model(ops in proptest::collection::vec(op(), 1..40)) {
@@ -406,5 +446,51 @@ fn a_truncation_waits_for_reads_in_flight() {
     );
     world.check_reads().unwrap();
     world.model.clear();
+    world.finish().unwrap();
+}
+
+// A clone waits for the reads at the device of both its files, the second one locked
+// (`IoLock::write_with`) too: the read returns the destination's bytes from before the
+// clone, and the clone lands after it.
+#[test]
+fn a_clone_waits_for_reads_in_flight() {
+    let mut world = World::new(MountOptions::default());
+    world.write(0, 1 << 20, 3);
+    let fs = &world.fs;
+    let other = fs
+        .create(fs.root(), b"other", FileKind::Regular, 0o644, 0, &root())
+        .unwrap()
+        .inode;
+    assert!(other > world.inode, "the destination must be locked second");
+    fs.write(other, 0, &vec![5u8; 1 << 20]).unwrap();
+    let handle = fs
+        .open(other, false, false, DIRECT, &root())
+        .unwrap()
+        .handle;
+    // Read-ahead keeps the device busy, so the next read is handed over too.
+    world.read_of((other, handle), 0, 65536, vec![5; 65536]);
+    world.read_of((other, handle), 65536, 65536, vec![5; 65536]);
+    world.check_reads().unwrap();
+    world.device.hold(true);
+    world.read_of((other, handle), 512 << 10, 65536, vec![5; 65536]);
+    let (fs, source) = (&world.fs, world.inode);
+    let cloned_early = std::thread::scope(|scope| {
+        let clone = scope.spawn(move || {
+            let done = fs.copy_file_range(source, 0, other, 0, 1 << 20).unwrap();
+            assert_eq!(done, 1 << 20);
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let finished_early = clone.is_finished();
+        world.device.hold(false);
+        clone.join().unwrap();
+        finished_early
+    });
+    assert!(
+        !cloned_early,
+        "the clone did not wait for the read at the device"
+    );
+    world.check_reads().unwrap();
+    assert!(world.fs.read(other, 0, 1 << 20).unwrap() == vec![3u8; 1 << 20]);
+    assert_eq!(world.fs.stats().reflink.clones, 1);
     world.finish().unwrap();
 }
