@@ -251,6 +251,30 @@ pub(crate) fn free_orphan(fs: &Filesystem, inode: &Arc<Inode>) -> Result<(), FsE
     free_unlisted(fs, inode.number, &mut data)
 }
 
+/// Frees at once the data of an unlinked regular file that nobody has open: with no name and
+/// no open handle nothing can read or write it, and the kernel's last lookup reference (the
+/// `FORGET` that frees the inode) can reach the daemon after the `STATFS` of a `df` run right
+/// after `rm` (the request log shows them in that order), which then counted the blocks as
+/// in use. The inode itself waits for that reference, on the unlinked list.
+pub(crate) fn free_unreachable_data(fs: &Filesystem, inode: &Arc<Inode>) -> Result<(), FsError> {
+    let mut pages = inode.io.write();
+    let mut data = inode.data.lock();
+    let unreachable = data.is_allocated()
+        && data.core.nlink == 0
+        && data.opens == 0
+        && data.file_type() == Some(FileType::Regular)
+        && matches!(
+            data.core.data_format,
+            ForkFormat::Extents | ForkFormat::Btree
+        );
+    if !unreachable {
+        return Ok(());
+    }
+    fs.truncate_pages(inode.number, (&mut pages, &mut data), 0);
+    fs.forget_lost_write(inode.number);
+    truncate_blocks(fs, inode.number, &mut data, 0)
+}
+
 /// Frees everything the inode maps, a step per transaction: symlink blocks, file data or a
 /// directory's blocks, then its attributes.
 fn free_contents(fs: &Filesystem, number: u64, data: &mut InodeData) -> Result<(), FsError> {
