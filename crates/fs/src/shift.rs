@@ -294,7 +294,10 @@ fn next_moves(list: &[Extent], shift: &ShiftIntent) -> Option<(Vec<(Extent, Exte
 }
 
 /// The shift's last transaction: the new size, the times, the set-ID bits for a caller
-/// other than root, and the intent's done item.
+/// other than root, and the intent's done item. The log is forced up to it before
+/// returning: later writes into the moved blocks go to the device in place, and under a
+/// crash that lost the shift they showed at the blocks' old offsets (bytes nobody wrote
+/// there; docs/reliability.md item 17).
 fn finish(
     fs: &Filesystem,
     number: u64,
@@ -316,5 +319,7 @@ fn finish(
     }
     Filesystem::log_inode(&mut tx, number, data);
     fs.commit(tx, &mut [data])?;
+    fs.journal
+        .force(cairn_journal::CommitSequence(data.last_sequence))?;
     Ok(())
 }
