@@ -19,7 +19,7 @@ also prints the FUSE requests it cost, read with `CAIRN stats MNT` right before 
 (tools/bench/cairn_stats.py), as a {"requests": {...}} line.
 
 "sync" is make_durable(): syncfs, then a new file fsynced (syncfs does not reach a FUSE
-daemon's log). Needs only the Python standard library. Workers are processes (not threads),
+daemon's log; on cairn `cairn sync MNT` does, but the other filesystems have no such command). Needs only the Python standard library. Workers are processes (not threads),
 so the GIL does not serialise them.
 """
 
@@ -65,7 +65,8 @@ def make_durable(mountpoint):
     """Makes everything done so far durable: syncfs, then create and fsync a new marker file.
 
     syncfs alone is not enough on FUSE: the kernel sends SYNCFS only to virtiofs, so a FUSE
-    daemon gets the dirty pages but no request to force its log. The marker's creation is
+    daemon gets the dirty pages but no request to force its log (`cairn sync MNT` asks cairn's
+    daemon directly; the marker works on every filesystem). The marker's creation is
     the newest metadata change, and fsync forces the log (one ordered stream) up to it, with
     everything before; kernel filesystems do the same for an fsync. So each filesystem pays
     for the same durability."""
