@@ -897,6 +897,7 @@ impl Inner {
         space.head = space.head.max(head);
         space.advance_tail(written.tail);
         space.durable_tail = space.durable_tail.max(written.tail.min(space.tail));
+        space.covering_marker = (written.tail == written.start).then_some((written.start, head));
         drop(space);
         self.space_changed.notify_all();
         Ok(())
@@ -1121,7 +1122,7 @@ impl Inner {
             let target = self.push_target(tail, head, timer);
             self.push_ail(target)?;
             let space = self.space.lock();
-            let moved = space.tail > space.durable_tail;
+            let moved = space.tail > space.durable_tail && !space.covered();
             drop(space);
             if moved && (short || timer) {
                 self.write_marker(false)?;

@@ -33,6 +33,9 @@ pub(crate) struct Space {
     pub(crate) serving_ticket: u64,
     /// Start LSN of every checkpoint in flight, by sequence.
     pub(crate) in_flight: BTreeMap<u64, Lsn>,
+    /// Start and end of the newest marker record that named itself as the tail (nothing
+    /// older needed): while the log holds only that record, it is covered.
+    pub(crate) covering_marker: Option<(Lsn, Lsn)>,
 }
 
 impl Space {
@@ -45,6 +48,7 @@ impl Space {
             capacity_bytes,
             kept_bytes,
             next_ticket: 0,
+            covering_marker: None,
             serving_ticket: 0,
             in_flight: BTreeMap::new(),
         }
@@ -75,6 +79,13 @@ impl Space {
 
     /// Moves the in-memory tail forward to `tail` (never back), but never past the head or a
     /// checkpoint in flight (its items are not in the AIL yet, so the AIL cannot hold it back).
+    /// Whether the log holds nothing but the newest covering marker: its tail moved only
+    /// past that record, so another marker would record nothing new (and on an idle mount
+    /// each would move the tail past the one before, a write per timer tick for ever).
+    pub(crate) fn covered(&self) -> bool {
+        self.covering_marker == Some((self.durable_tail, self.head)) && self.tail == self.head
+    }
+
     pub(crate) fn advance_tail(&mut self, tail: Lsn) {
         let limit = self
             .in_flight_min()

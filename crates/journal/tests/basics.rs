@@ -9,7 +9,8 @@ use cairn_blockdev::MemDevice;
 use cairn_bufcache::ReadSpec;
 use cairn_format::{FsBlock, HEADER_SIZE, InodeNumber};
 use cairn_journal::{
-    FreeExtent, IntentWork, JournalError, LogMode, RefcountOp, RefcountUpdate, Reservation,
+    FreeExtent, IntentWork, JournalConfig, JournalError, LogMode, RefcountOp, RefcountUpdate,
+    Reservation,
 };
 use common::*;
 use std::sync::Arc;
@@ -480,4 +481,49 @@ fn checkpoints_ordering_no_data_flush_once() {
     }
     assert_eq!(flushes, [1, 2, 2, 2]);
     journal.unmount().unwrap();
+}
+
+// An idle log is covered by one marker record once its items are home, and then left
+// alone: every timer tick used to write another marker, each moving the tail past the one
+// before (a 4 KiB log write every 30 s for ever on an idle mount). A commit after that
+// is checkpointed, written home and covered again, and recovers.
+#[test]
+fn an_idle_log_is_covered_once_then_left_alone() {
+    let (device, sb) = make_fs(64 << 20, None);
+    let config = JournalConfig {
+        checkpoint_interval_ms: 5,
+        ..JournalConfig::with_mode(LogMode::Delayed)
+    };
+    let (journal, _) = open(&device, &sb, config);
+    let settle = |journal: &cairn_journal::Journal| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while journal.ail_len() > 0 || journal.stats().marker_records == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the log never settled"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // A few more ticks for the marker that covers the last push.
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for round in 0..2u8 {
+        let mut tx = journal.begin(reservation(&sb, 1)).unwrap();
+        create_block(&mut tx, &sb, 0, round + 1);
+        tx.commit().unwrap();
+        settle(&journal);
+        let (writes, markers) = (device.stats().writes, journal.stats().marker_records);
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(device.stats().writes, writes, "an idle log was written");
+        assert_eq!(journal.stats().marker_records, markers);
+        journal.check_invariants();
+    }
+    drop(journal);
+    let crashed = crash(&device);
+    let (journal, _) = open(&crashed, &sb, quiet(LogMode::Delayed));
+    journal.unmount().unwrap();
+    assert_eq!(
+        read_body(crashed.as_ref(), &sb, 0),
+        vec![2; 4096 - HEADER_SIZE]
+    );
 }
