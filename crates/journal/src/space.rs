@@ -77,8 +77,6 @@ impl Space {
         self.in_flight.values().copied().min()
     }
 
-    /// Moves the in-memory tail forward to `tail` (never back), but never past the head or a
-    /// checkpoint in flight (its items are not in the AIL yet, so the AIL cannot hold it back).
     /// Whether the log holds nothing but the newest covering marker: its tail moved only
     /// past that record, so another marker would record nothing new (and on an idle mount
     /// each would move the tail past the one before, a write per timer tick for ever).
@@ -86,6 +84,8 @@ impl Space {
         self.covering_marker == Some((self.durable_tail, self.head)) && self.tail == self.head
     }
 
+    /// Moves the in-memory tail forward to `tail` (never back), but never past the head or a
+    /// checkpoint in flight (its items are not in the AIL yet, so the AIL cannot hold it back).
     pub(crate) fn advance_tail(&mut self, tail: Lsn) {
         let limit = self
             .in_flight_min()

@@ -495,23 +495,29 @@ fn an_idle_log_is_covered_once_then_left_alone() {
         ..JournalConfig::with_mode(LogMode::Delayed)
     };
     let (journal, _) = open(&device, &sb, config);
-    let settle = |journal: &cairn_journal::Journal| {
+    // Waits until the commit is durable, written home, and a marker followed the push.
+    let settle = |journal: &cairn_journal::Journal, sequence, markers| {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while journal.ail_len() > 0 || journal.stats().marker_records == 0 {
+        while journal.durable_sequence() < sequence
+            || journal.ail_len() > 0
+            || journal.stats().marker_records <= markers
+        {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the log never settled"
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-        // A few more ticks for the marker that covers the last push.
+        // A few more ticks, in which a marker that did not cover the log yet is followed
+        // by one that does.
         std::thread::sleep(Duration::from_millis(50));
     };
     for round in 0..2u8 {
+        let markers = journal.stats().marker_records;
         let mut tx = journal.begin(reservation(&sb, 1)).unwrap();
         create_block(&mut tx, &sb, 0, round + 1);
-        tx.commit().unwrap();
-        settle(&journal);
+        let sequence = tx.commit().unwrap();
+        settle(&journal, sequence, markers);
         let (writes, markers) = (device.stats().writes, journal.stats().marker_records);
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(device.stats().writes, writes, "an idle log was written");
