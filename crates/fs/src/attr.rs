@@ -198,9 +198,15 @@ impl Filesystem {
             }
             data.opens == 0 && data.lookups == 0 && data.core.nlink == 0 && data.is_allocated()
         };
+        let (opens, nlink) = {
+            let data = handle.data.lock();
+            (data.opens, data.core.nlink)
+        };
         if free {
             crate::unlinked::free_orphan(self, &handle)?;
-        } else if handle.data.lock().opens == 0 {
+        } else if opens == 0 && nlink == 0 {
+            crate::unlinked::free_unreachable_data(self, &handle)?;
+        } else if opens == 0 {
             self.write_back_rewritten(&handle);
             self.trim_on_last_close(&handle)?;
         }

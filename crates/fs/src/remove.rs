@@ -79,14 +79,11 @@ impl Filesystem {
         Self::log_inode(&mut tx, parent, &mut dir_data);
         Self::log_inode(&mut tx, found.inode, &mut data);
         self.commit(tx, &mut [&mut dir_data, &mut data])?;
-        let idle = data.core.nlink == 0 && data.lookups == 0 && data.opens == 0;
         let unopened = data.core.nlink == 0 && data.opens == 0;
         drop(data);
         drop(dir_data);
-        if idle {
-            unlinked::free_orphan(self, &child)?;
-        } else if unopened {
-            unlinked::free_unreachable_data(self, &child)?;
+        if unopened {
+            unlinked::free_unreferenced(self, &child)?;
         }
         Ok(())
     }

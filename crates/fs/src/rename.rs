@@ -73,7 +73,7 @@ impl Parents<'_> {
 }
 
 /// What a rename ends with: an error for the caller, or success with the replaced inode
-/// to free once the locks are dropped (nothing holds it).
+/// to free once the locks are dropped (nobody has it open).
 type Outcome = Result<Option<Arc<Inode>>, FsError>;
 
 /// What one rename names, found before locking.
@@ -141,11 +141,12 @@ impl Filesystem {
             let Some(done) = self.rename_once(request, who)? else {
                 continue;
             };
-            // A replaced inode nothing holds is freed after every rename lock is gone: its
-            // data may take many transactions, and its own locks rank below the parents'.
+            // A replaced inode nobody has open is freed (its data at least, while the
+            // kernel still holds it) after every rename lock is gone: its data may take
+            // many transactions, and its own locks rank below the parents'.
             drop(serial);
             return match done {
-                Ok(Some(orphan)) => unlinked::free_orphan(self, &orphan),
+                Ok(Some(replaced)) => unlinked::free_unreferenced(self, &replaced),
                 Ok(None) => Ok(()),
                 Err(error) => Err(error),
             };
@@ -359,11 +360,11 @@ impl Filesystem {
         if let Err(error) = done {
             return Ok(Err(error));
         }
-        let idle = target_data
+        let unopened = target_data
             .as_ref()
-            .is_some_and(|data| data.core.nlink == 0 && data.lookups == 0 && data.opens == 0);
+            .is_some_and(|data| data.core.nlink == 0 && data.opens == 0);
         drop((source_data, target_data));
-        Ok(Ok(target.filter(|_| idle)))
+        Ok(Ok(target.filter(|_| unopened)))
     }
 
     /// The rename in `tx`, its inodes locked: checks, the entries' change, the commit. An

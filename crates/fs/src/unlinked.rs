@@ -251,6 +251,14 @@ pub(crate) fn free_orphan(fs: &Filesystem, inode: &Arc<Inode>) -> Result<(), FsE
     free_unlisted(fs, inode.number, &mut data)
 }
 
+/// Frees what nothing can reach any more of an unlinked inode nobody has open: all of it
+/// when the kernel holds no reference either (`free_orphan`), else a regular file's data
+/// (`free_unreachable_data`).
+pub(crate) fn free_unreferenced(fs: &Filesystem, inode: &Arc<Inode>) -> Result<(), FsError> {
+    free_orphan(fs, inode)?;
+    free_unreachable_data(fs, inode)
+}
+
 /// Frees at once the data of an unlinked regular file that nobody has open: with no name and
 /// no open handle nothing can read or write it, and the kernel's last lookup reference (the
 /// `FORGET` that frees the inode) can reach the daemon after the `STATFS` of a `df` run right

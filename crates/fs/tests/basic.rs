@@ -2,7 +2,7 @@
 
 mod common;
 
-use cairn_fs::{FileKind, FsError};
+use cairn_fs::{FileKind, FsError, RenameMode};
 use common::{fsck_clean, make_device, mount, root};
 
 // Creates files and directories, writes and reads data, remounts, and checks it all survived
@@ -208,40 +208,63 @@ fn times_of_an_unlinked_inode_are_not_logged() {
     fsck_clean(&device);
 }
 
-// An unlinked file the kernel still holds a lookup reference on, but nobody has open, gives
-// its blocks back at the unlink (a `df` right after `rm` may be served before the kernel's
-// FORGET); a file still open keeps them until its last close; the inodes go at the FORGET.
+// A file the kernel still holds a lookup reference on, but nobody has open, gives its blocks
+// back when its last name goes, by unlink or by a rename over it (a `df` right after `rm` or
+// `mv` may be served before the kernel's FORGET); a file removed while open keeps them until
+// its last close; the inodes go at the FORGET.
 #[test]
 fn unlink_frees_the_data_of_a_file_nobody_has_open() {
     let device = make_device(64 << 20);
     let fs = mount(&device);
     let who = root();
     let empty = fs.statfs().unwrap().blocks_free;
-    let make = |name: &[u8]| {
+    let make = |name: &[u8], bytes: usize| {
         let inode = fs
             .create(fs.root(), name, FileKind::Regular, 0o644, 0, &who)
             .unwrap()
             .inode;
-        fs.write(inode, 0, &vec![7u8; 4 << 20]).unwrap();
+        fs.write(inode, 0, &vec![7u8; bytes]).unwrap();
         fs.fsync(inode, false).unwrap();
         inode
     };
-    let (closed, open) = (make(b"closed"), make(b"open"));
-    let file = fs.open(open, false, false, false, &who).unwrap();
-    let with_both = fs.statfs().unwrap().blocks_free;
+    let files = [&b"closed"[..], b"opened", b"renamed"].map(|name| make(name, 4 << 20));
+    let file = fs.open(files[1], false, false, false, &who).unwrap();
+    let free = || fs.statfs().unwrap().blocks_free;
+    let with_all = free();
     fs.unlink(fs.root(), b"closed", &who).unwrap();
-    let after_unlink = fs.statfs().unwrap().blocks_free;
+    let after_unlink = free();
     assert!(
-        after_unlink >= with_both + 1024,
-        "{with_both} -> {after_unlink}"
+        after_unlink >= with_all + 1024,
+        "{with_all} -> {after_unlink}"
     );
-    fs.unlink(fs.root(), b"open", &who).unwrap();
-    assert_eq!(fs.statfs().unwrap().blocks_free, after_unlink);
-    assert_eq!(fs.read(open, 0, 4096).unwrap(), vec![7u8; 4096]);
+    let small = make(b"small", 4096);
+    let with_small = free();
+    fs.rename(
+        fs.root(),
+        b"small",
+        fs.root(),
+        b"renamed",
+        RenameMode::Replace,
+        &who,
+    )
+    .unwrap();
+    assert!(free() >= with_small + 1024, "{with_small} -> {}", free());
+    let after_rename = free();
+    fs.unlink(fs.root(), b"opened", &who).unwrap();
+    assert_eq!(free(), after_rename);
+    assert_eq!(fs.read(files[1], 0, 4096).unwrap(), vec![7u8; 4096]);
     fs.release(file).unwrap();
-    fs.forget(closed, 1);
-    fs.forget(open, 1);
-    assert_eq!(fs.statfs().unwrap().blocks_free, empty);
+    assert!(
+        free() >= after_rename + 1024,
+        "{after_rename} -> {}",
+        free()
+    );
+    fs.unlink(fs.root(), b"renamed", &who).unwrap();
+    assert_eq!(free(), empty);
+    for inode in files.into_iter().chain([small]) {
+        fs.forget(inode, 1);
+    }
+    assert_eq!(free(), empty);
     fs.unmount().unwrap();
     fsck_clean(&device);
 }

@@ -400,30 +400,39 @@ fn listings_load_inodes_only_for_small_directories() {
     assert_eq!(fsck(&image), 0);
 }
 
-/// Writes a file, removes it and reads `statvfs` at once, many times: the space must show as
-/// free every time.
+/// Writes a file, removes it (by `rm`, or by `mv` of a small file over it) and reads
+/// `statvfs` at once, many times: the space must show as free every time.
 const RM_THEN_DF: &str = r#"
 import os, sys
 root = sys.argv[1]
 def free():
     st = os.statvfs(root)
     return st.f_bfree * st.f_frsize
-empty = free()
-chunk = os.urandom(1 << 20)
-for round in range(16):
-    path = os.path.join(root, "big%d" % round)
+def write(path, chunks):
     with open(path, "wb") as f:
-        for _ in range(16):
+        for _ in range(chunks):
             f.write(chunk)
         os.fsync(f.fileno())
-    os.unlink(path)
+chunk = os.urandom(1 << 20)
+small = os.path.join(root, "small")
+write(small, 1)
+empty = free()
+for round in range(16):
+    path = os.path.join(root, "big%d" % round)
+    write(path, 16)
+    if round % 2:
+        os.rename(small, path)
+    else:
+        os.unlink(path)
     if free() < empty:
-        sys.exit("round %d: blocks still in use after unlink" % round)
+        sys.exit("round %d: blocks still in use after the name went" % round)
+    if round % 2:
+        os.rename(path, small)
 "#;
 
-// `rm` then `df`: the kernel may send the FORGET that frees the inode after the STATFS, so
-// the unlink itself frees the data of a file nobody has open (8 rounds of 20 failed
-// before).
+// `rm` or `mv` over a file, then `df`: the kernel may send the FORGET that frees the inode
+// after the STATFS, so the unlink or rename itself frees the data of a file nobody has open
+// (8 rounds of 20 failed before).
 #[test]
 fn space_is_free_right_after_unlink() {
     let scratch = Scratch::new();
