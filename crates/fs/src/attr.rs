@@ -183,11 +183,12 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Closes `file`; the last close of an unlinked inode frees it.
+    /// Closes `file`; the last close of an unlinked inode frees it (its data only, while
+    /// the kernel still holds a reference).
     pub fn release(&self, file: OpenFile) -> Result<(), FsError> {
         self.reads.forget_handle(file.handle);
         let handle = self.inode(file.inode)?;
-        let free = {
+        let (closed, unlinked) = {
             let mut data = handle.data.lock();
             data.opens = data.opens.saturating_sub(1);
             if handle_is_writable(file.handle) && !handle_is_guarded(file.handle) {
@@ -196,17 +197,11 @@ impl Filesystem {
             if data.opens == 0 && data.lookups == 0 {
                 self.inodes.note_idle(file.inode);
             }
-            data.opens == 0 && data.lookups == 0 && data.core.nlink == 0 && data.is_allocated()
+            (data.opens == 0, data.core.nlink == 0)
         };
-        let (opens, nlink) = {
-            let data = handle.data.lock();
-            (data.opens, data.core.nlink)
-        };
-        if free {
-            crate::unlinked::free_orphan(self, &handle)?;
-        } else if opens == 0 && nlink == 0 {
-            crate::unlinked::free_unreachable_data(self, &handle)?;
-        } else if opens == 0 {
+        if closed && unlinked {
+            crate::unlinked::free_unreferenced(self, &handle)?;
+        } else if closed {
             self.write_back_rewritten(&handle);
             self.trim_on_last_close(&handle)?;
         }

@@ -132,17 +132,10 @@ impl Filesystem {
         hint_bytes: u64,
         inherit: bool,
     ) -> Result<(), FsError> {
-        let report = self.file_attributes(inode)?;
-        if !inherit && hint_bytes != 0 && self.getattr(inode)?.kind == crate::FileKind::Directory {
-            return Err(FsError::InvalidArgument(
-                "a directory's CoW extent size hint is only for inheriting",
-            ));
-        }
-        let new = crate::FileAttributes {
-            cow_extent_size_hint: hint_bytes,
-            ..report.attributes
-        };
-        self.set_file_attributes(inode, &new, &crate::Credentials::root(), true)
+        let refusal = "a directory's CoW extent size hint is only for inheriting";
+        self.set_hint(inode, (hint_bytes, inherit), refusal, |attributes| {
+            attributes.cow_extent_size_hint = hint_bytes;
+        })
     }
 
     /// The mapped pieces of file blocks `first..last` to copy: none unless some block there

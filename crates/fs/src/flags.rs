@@ -377,17 +377,27 @@ impl Filesystem {
         hint_bytes: u64,
         inherit: bool,
     ) -> Result<(), FsError> {
-        let report = self.file_attributes(inode)?;
+        let refusal = "a directory's extent size hint is only for inheriting";
+        self.set_hint(inode, (hint_bytes, inherit), refusal, |attributes| {
+            attributes.extent_size_hint = hint_bytes;
+        })
+    }
+
+    /// Sets one hint of `inode` with `set`, as root, keeping its other attributes: a nonzero
+    /// one on a directory only with `inherit` (else `refusal`).
+    pub(crate) fn set_hint(
+        &self,
+        inode: u64,
+        (hint_bytes, inherit): (u64, bool),
+        refusal: &'static str,
+        set: impl FnOnce(&mut FileAttributes),
+    ) -> Result<(), FsError> {
+        let mut attributes = self.file_attributes(inode)?.attributes;
         if !inherit && hint_bytes != 0 && self.getattr(inode)?.kind == crate::FileKind::Directory {
-            return Err(FsError::InvalidArgument(
-                "a directory's extent size hint is only for inheriting",
-            ));
+            return Err(FsError::InvalidArgument(refusal));
         }
-        let new = FileAttributes {
-            extent_size_hint: hint_bytes,
-            ..report.attributes
-        };
-        self.set_file_attributes(inode, &new, &Credentials::root(), true)
+        set(&mut attributes);
+        self.set_file_attributes(inode, &attributes, &Credentials::root(), true)
     }
 
     /// Writes `data` at `offset` of `inode` as `origin` says it came (`write`, but with the
